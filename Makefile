@@ -1,0 +1,29 @@
+# meshop: `make demo` runs the main job, `make test` runs the test suite; both set everything up first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install demo test lint format docs bench clean-venv
+
+install:
+	bash scripts/install.sh
+
+demo: install
+	$(VENV)/bin/meshop demo
+
+test: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest -n 2 -q
+
+lint:
+	$(VENV)/bin/ruff check .
+
+format:
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+docs: install
+	$(VENV)/bin/mkdocs build --strict
+
+bench: install
+	$(PY) benchmarks/run_all.py

@@ -1,0 +1,61 @@
+"""Domains as PyG ``Data``: mesh I/O, quadrature weights, grids, latent/query meshes, neighbours,
+normalisers and batching."""
+
+from meshop.data.batching import (
+    FOLLOW_BATCH,
+    grid_shape_of,
+    latent_nodes,
+    make_loader,
+    node_batch,
+    node_features,
+    num_samples,
+    query_nodes,
+)
+from meshop.data.domains import from_points, grid_points, uniform_grid
+from meshop.data.latent import (
+    add_latent_mesh,
+    coarse_shape,
+    farthest_point_sampling,
+    set_query_points,
+)
+from meshop.data.mesh_io import from_meshio, mesh_cells, read_mesh, to_meshio, write_mesh
+from meshop.data.neighbors import (
+    knn_index,
+    neighbor_index,
+    quantile_index,
+    radius_index,
+    squared_distance,
+)
+from meshop.data.normalizers import GaussianNormalizer
+from meshop.data.weights import cell_measures, lumped_mass_weights
+
+__all__ = [
+    "FOLLOW_BATCH",
+    "GaussianNormalizer",
+    "add_latent_mesh",
+    "cell_measures",
+    "coarse_shape",
+    "farthest_point_sampling",
+    "from_meshio",
+    "from_points",
+    "grid_points",
+    "grid_shape_of",
+    "knn_index",
+    "latent_nodes",
+    "lumped_mass_weights",
+    "make_loader",
+    "mesh_cells",
+    "neighbor_index",
+    "node_batch",
+    "node_features",
+    "num_samples",
+    "quantile_index",
+    "query_nodes",
+    "radius_index",
+    "read_mesh",
+    "set_query_points",
+    "squared_distance",
+    "to_meshio",
+    "uniform_grid",
+    "write_mesh",
+]

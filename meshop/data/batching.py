@@ -1,0 +1,80 @@
+"""Batches of domains: loaders, batch vectors, node features, grid shapes."""
+
+from __future__ import annotations
+
+import torch
+
+from meshop._pyg import Data, DataLoader
+from meshop.errors import MeshError
+
+#: node sets besides ``pos`` that get their own batch vector in a DataLoader batch
+FOLLOW_BATCH = ["latent_pos", "query_pos"]
+
+
+def make_loader(dataset, batch_size: int = 8, shuffle: bool = False, **kwargs) -> DataLoader:
+    """A PyG ``DataLoader`` that gives ``latent_pos`` and ``query_pos`` their batch vectors."""
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, follow_batch=FOLLOW_BATCH, **kwargs)
+
+
+def _vector(data: Data, key: str, n: int, device) -> torch.Tensor:
+    vec = getattr(data, key, None)
+    return vec if vec is not None else torch.zeros(n, dtype=torch.long, device=device)
+
+
+def node_batch(data: Data) -> torch.Tensor:
+    """Batch vector of ``pos`` (zeros for a single domain)."""
+    return _vector(data, "batch", data.pos.shape[0], data.pos.device)
+
+
+def latent_nodes(data: Data) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(latent_pos, latent_batch)``; the input mesh itself when no latent mesh was set."""
+    if getattr(data, "latent_pos", None) is None:
+        return data.pos, node_batch(data)
+    return data.latent_pos, _vector(data, "latent_pos_batch", len(data.latent_pos), data.pos.device)
+
+
+def query_nodes(data: Data) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(query_pos, query_batch)``; the input mesh itself when no query points were set."""
+    if getattr(data, "query_pos", None) is None:
+        return data.pos, node_batch(data)
+    return data.query_pos, _vector(data, "query_pos_batch", len(data.query_pos), data.pos.device)
+
+
+def num_samples(data: Data) -> int:
+    """Number of samples in a batch (1 for a single domain)."""
+    return int(getattr(data, "num_graphs", 1) or 1)
+
+
+def node_features(data: Data, use_pos: bool = True) -> torch.Tensor:
+    """Model input at the nodes: ``[x, pos, params[batch]]`` (each part only if present)."""
+    parts = []
+    if getattr(data, "x", None) is not None:
+        parts.append(data.x)
+    if use_pos:
+        parts.append(data.pos)
+    if getattr(data, "params", None) is not None:
+        parts.append(data.params[node_batch(data)])
+    if not parts:
+        raise MeshError("the domain has neither input fields x nor coordinates to use as input")
+    return torch.cat(parts, dim=-1)
+
+
+def grid_shape_of(data: Data) -> tuple[int, ...]:
+    """The common ``grid_shape`` of a grid domain or of a batch of grid domains.
+
+    Raises:
+        MeshError: the domain is not a uniform grid, or the batch mixes grid shapes.
+    """
+    shape = getattr(data, "grid_shape", None)
+    if shape is None:
+        raise MeshError(
+            "this operation needs a uniform-grid domain (with grid_shape, e.g. from "
+            "meshop.data.uniform_grid); for other meshes use the mesh path (latent meshes and "
+            "position-attention)"
+        )
+    if isinstance(shape, list):  # a batch: one tuple per sample
+        shapes = {tuple(s) for s in shape}
+        if len(shapes) != 1:
+            raise MeshError(f"a batch mixes grid shapes {sorted(shapes)}; batch one resolution at a time")
+        shape = shapes.pop()
+    return tuple(int(s) for s in shape)

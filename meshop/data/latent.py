@@ -1,0 +1,86 @@
+"""Latent and query meshes: farthest point sampling, coarse grids, user query points."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from meshop._pyg import Data, torch_cluster
+from meshop.data.domains import grid_points
+from meshop.errors import ConfigError, MeshError
+
+
+def farthest_point_sampling(
+    pos: torch.Tensor, num_points: int, batch: torch.Tensor | None = None, seed: int | None = 0
+) -> torch.Tensor:
+    """Indices of ``num_points`` nodes per sample chosen by farthest point sampling (torch-cluster).
+
+    The first node of each sample is random; with ``seed`` set the choice is deterministic (the
+    global RNG is left untouched). Samples with fewer nodes keep all of them.
+    """
+    if num_points < 1:
+        raise ConfigError(f"num_points must be positive, got {num_points}")
+    if batch is None:
+        batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
+    counts = torch.bincount(batch)
+    # fps keeps ceil(ratio * n) nodes; (m - 0.5) / n makes that exactly m without rounding trouble
+    ratio = (counts.clamp(max=num_points).to(torch.float64) - 0.5) / counts.to(torch.float64)
+    ratio = ratio.clamp(min=1e-12, max=1.0).to(pos.dtype)
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        index = torch_cluster.fps(pos, batch, ratio=ratio, random_start=True)
+    return index
+
+
+def add_latent_mesh(
+    data: Data,
+    num_points: int | None = None,
+    *,
+    grid_shape: Sequence[int] | None = None,
+    seed: int | None = 0,
+) -> Data:
+    """Set ``data.latent_pos``: farthest point sampling of ``num_points`` nodes of ``data.pos``, a
+    uniform ``grid_shape`` grid over the bounding box of ``data.pos``, or (neither given) the input
+    mesh itself. Returns ``data`` (modified in place)."""
+    if num_points is not None and grid_shape is not None:
+        raise ConfigError("give num_points (farthest point sampling) or grid_shape, not both")
+    if grid_shape is not None:
+        if len(grid_shape) != data.pos.shape[1]:
+            raise MeshError(
+                f"mixed dimensions: latent grid shape {tuple(grid_shape)} for a "
+                f"{data.pos.shape[1]}D domain"
+            )
+        lo, hi = data.pos.min(0).values, data.pos.max(0).values
+        data.latent_pos = grid_points(grid_shape, list(zip(lo.tolist(), hi.tolist())))
+    elif num_points is not None:
+        data.latent_pos = data.pos[farthest_point_sampling(data.pos, num_points, seed=seed)]
+    else:
+        data.latent_pos = data.pos.clone()
+    return data
+
+
+def set_query_points(data: Data, query_pos, y=None) -> Data:
+    """Set ``data.query_pos`` (any points, inside the domain or not) and, optionally, targets there."""
+    query_pos = torch.as_tensor(query_pos, dtype=torch.float32)
+    if query_pos.ndim == 1:
+        query_pos = query_pos[:, None]
+    if query_pos.shape[1] != data.pos.shape[1]:
+        raise MeshError(
+            f"mixed dimensions: query points have {query_pos.shape[1]} coordinates but the domain "
+            f"is {data.pos.shape[1]}D"
+        )
+    if not torch.isfinite(query_pos).all():
+        raise MeshError("query points contain NaN or Inf")
+    data.query_pos = query_pos
+    if y is not None:
+        y = torch.as_tensor(y, dtype=torch.float32).reshape(len(query_pos), -1)
+        data.y = y
+    return data
+
+
+def coarse_shape(fine_shape: Sequence[int], factor: float) -> tuple[int, ...]:
+    """A coarse grid shape ``ceil(n / factor)`` per axis (at least 2 nodes)."""
+    return tuple(max(2, math.ceil(n / factor)) for n in fine_shape)

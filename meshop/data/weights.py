@@ -1,0 +1,125 @@
+"""Quadrature weights of mesh nodes: the lumped mass of the top-dimensional cells.
+
+Each cell's length/area/volume is shared equally by its nodes, so the weights of a mesh sum to the
+measure of the domain and ``sum(weight * f)`` approximates ``\\int f``. Boundary lines and surface
+triangles that mesh generators store beside the volume cells are ignored: only the cells of the
+highest topological dimension present count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from meshop.errors import MeshError
+
+#: topological dimension and number of corner nodes of each (linear) cell family
+CELL_FAMILIES: dict[str, tuple[int, int]] = {
+    "vertex": (0, 1),
+    "line": (1, 2),
+    "triangle": (2, 3),
+    "quad": (2, 4),
+    "tetra": (3, 4),
+    "hexahedron": (3, 8),
+    "wedge": (3, 6),
+    "pyramid": (3, 5),
+}
+
+# simplex decompositions (corner indices, VTK ordering) used to measure non-simplex cells
+_SPLITS: dict[str, list[tuple[int, ...]]] = {
+    "quad": [(0, 1, 2), (0, 2, 3)],
+    "hexahedron": [(0, 1, 2, 6), (0, 2, 3, 6), (0, 3, 7, 6), (0, 7, 4, 6), (0, 4, 5, 6), (0, 5, 1, 6)],
+    "wedge": [(0, 1, 2, 3), (1, 2, 3, 4), (2, 3, 4, 5)],
+    "pyramid": [(0, 1, 2, 4), (0, 2, 3, 4)],
+}
+
+
+def cell_family(cell_type: str) -> str | None:
+    """Family of a meshio cell type (``"triangle6"`` -> ``"triangle"``); None if not supported."""
+    base = re.sub(r"\d+$", "", cell_type)
+    return base if base in CELL_FAMILIES else None
+
+
+def cell_dimension(cell_type: str) -> int | None:
+    """Topological dimension of a meshio cell type, None for unsupported types (polygons, ...)."""
+    family = cell_family(cell_type)
+    return None if family is None else CELL_FAMILIES[family][0]
+
+
+def _simplex_measure(points: np.ndarray, simplices: np.ndarray) -> np.ndarray:
+    """Length/area/volume of simplices [M, k+1] of dimension k embedded in points' space."""
+    p0 = points[simplices[:, 0]]
+    edges = points[simplices[:, 1:]] - p0[:, None, :]  # [M, k, space_dim]
+    k = edges.shape[1]
+    gram = np.einsum("mid,mjd->mij", edges, edges)
+    det = np.linalg.det(gram) if k > 1 else gram[:, 0, 0]
+    return np.sqrt(np.clip(det, 0.0, None)) / float(np.prod(np.arange(1, k + 1)))
+
+
+def cell_measures(points: np.ndarray, cell_type: str, connectivity: np.ndarray) -> np.ndarray:
+    """Measure (length, area or volume) of every cell of one block, from its corner nodes."""
+    family = cell_family(cell_type)
+    if family is None:
+        raise MeshError(f"cell type '{cell_type}' is not supported for quadrature weights")
+    dim, corners = CELL_FAMILIES[family]
+    if dim == 0:
+        return np.zeros(len(connectivity))
+    conn = np.asarray(connectivity)[:, :corners]
+    if family in _SPLITS:
+        return sum(_simplex_measure(points, conn[:, list(s)]) for s in _SPLITS[family])
+    return _simplex_measure(points, conn)
+
+
+def top_dimensional_cells(
+    cells: Sequence[tuple[str, np.ndarray]],
+) -> tuple[int, list[tuple[str, np.ndarray]]]:
+    """The cell blocks of the highest topological dimension, and that dimension (-1 if none)."""
+    dims = [cell_dimension(t) for t, _ in cells]
+    known = [d for d in dims if d is not None]
+    if not known:
+        return -1, []
+    top = max(known)
+    return top, [(t, c) for (t, c), d in zip(cells, dims) if d == top and len(c) > 0]
+
+
+def lumped_mass_weights(
+    points: np.ndarray,
+    cells: Sequence[tuple[str, np.ndarray]],
+    source: str = "<arrays>",
+    rtol: float = 1e-12,
+) -> np.ndarray:
+    """Per-node quadrature weights [N] from the top-dimensional cells (lumped mass).
+
+    Points that belong to no top-dimensional cell get weight 0. Without cells of dimension >= 1
+    (a point cloud) every node gets ``1 / N``.
+
+    Raises:
+        MeshError: a top-dimensional cell has zero measure (degenerate), or the cells have a higher
+            dimension than the points' space.
+    """
+    points = np.asarray(points, dtype=np.float64)
+    n = len(points)
+    dim, blocks = top_dimensional_cells(cells)
+    if dim <= 0:
+        return np.full(n, 1.0 / n)
+    if dim > points.shape[1]:
+        raise MeshError(
+            f"{source}: mixed dimensions: {dim}D cells on {points.shape[1]}D points; "
+            "check that the file's points have all their coordinates"
+        )
+    extent = float(np.max(np.ptp(points, axis=0))) or 1.0
+    weights = np.zeros(n)
+    for cell_type, conn in blocks:
+        conn = np.asarray(conn, dtype=np.int64)
+        measures = cell_measures(points, cell_type, conn)
+        bad = np.flatnonzero(measures <= rtol * extent**dim)
+        if len(bad):
+            raise MeshError(
+                f"{source}: {len(bad)} degenerate {cell_type} cell(s) with zero measure "
+                f"(first: cell {int(bad[0])} with nodes {conn[bad[0]].tolist()}); "
+                "remove or repair them in the mesh generator"
+            )
+        np.add.at(weights, conn, np.repeat(measures / conn.shape[1], conn.shape[1]).reshape(conn.shape))
+    return weights

@@ -1,0 +1,111 @@
+"""Base class of meshop's generated datasets: root folder, deterministic seeding, splits, caching."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from meshop._pyg import Data
+from meshop.errors import ConfigError
+
+try:
+    from torch_geometric.data import InMemoryDataset
+except ImportError:  # pragma: no cover
+    raise
+
+#: the repository's default data root (``datasets/`` beside ``meshop/``)
+REPO_DATA_ROOT = Path(__file__).resolve().parents[2] / "datasets"
+
+
+def data_root(root: str | os.PathLike | None = None) -> Path:
+    """Where datasets live: ``root`` if given, else ``$MESHOP_DATA``, else ``datasets/``."""
+    if root is not None:
+        return Path(root)
+    env = os.environ.get("MESHOP_DATA")
+    return Path(env) if env else REPO_DATA_ROOT
+
+
+SPLITS = ("train", "test")
+
+
+class GeneratedDataset(InMemoryDataset):
+    """A dataset whose samples a real solver generates, deterministically by seed, and caches.
+
+    Sample ``i`` is generated from ``numpy.random.default_rng([seed, i])``, so it does not depend on
+    the split sizes or on generation order. The train split holds samples ``0 .. num_train - 1``,
+    the test split ``num_train .. num_train + num_test - 1``. Generated splits are cached under
+    ``root/<name>/processed/<hash of the configuration>/``; a second construction loads them.
+
+    Subclasses set ``name`` and implement :meth:`generate`; every keyword in ``config`` (the
+    solver's parameters) is part of the cache key.
+    """
+
+    name: str = "generated"
+
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        split: str = "train",
+        num_train: int = 1000,
+        num_test: int = 200,
+        seed: int = 0,
+        transform=None,
+        progress: bool = True,
+        **config,
+    ):
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {SPLITS}, got '{split}'")
+        if num_train < 0 or num_test < 0:
+            raise ConfigError("num_train and num_test must be non-negative")
+        self.split = split
+        self.num_train, self.num_test, self.seed = int(num_train), int(num_test), int(seed)
+        self.config = dict(config)
+        self.progress = progress
+        key = json.dumps(
+            {"n": [self.num_train, self.num_test], "seed": self.seed, **self.config},
+            sort_keys=True,
+            default=str,
+        )
+        self.config_hash = hashlib.sha1(key.encode()).hexdigest()[:12]
+        super().__init__(str(data_root(root) / self.name), transform=transform)
+        self.load(self.processed_paths[SPLITS.index(split)])
+
+    @property
+    def raw_file_names(self) -> list[str]:
+        return []
+
+    @property
+    def processed_dir(self) -> str:
+        return os.path.join(self.root, "processed", self.config_hash)
+
+    @property
+    def processed_file_names(self) -> list[str]:
+        return [f"{s}.pt" for s in SPLITS]
+
+    def download(self) -> None:  # generated, nothing to download
+        pass
+
+    def generate(self, index: int, rng: np.random.Generator) -> Data:
+        """Make sample ``index`` with the given random generator."""
+        raise NotImplementedError
+
+    def process(self) -> None:
+        ranges = {"train": range(self.num_train), "test": range(self.num_train, self.num_train + self.num_test)}
+        with open(os.path.join(self.processed_dir, "config.json"), "w") as f:
+            json.dump({"n": [self.num_train, self.num_test], "seed": self.seed, **self.config}, f, default=str)
+        for split, path in zip(SPLITS, self.processed_paths):
+            samples = []
+            for i in tqdm(ranges[split], desc=f"{self.name} {split}", disable=not self.progress or None):
+                sample = self.generate(i, np.random.default_rng([self.seed, i]))
+                sample.index = torch.tensor([i])
+                samples.append(sample)
+            self.save(samples, path)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.split}, {len(self)} samples, root='{self.root}')"
