@@ -4,4 +4,6 @@ Every attention layer maps features on a source node set to a target node set (s
 the target is the source): ``layer(x_src, pos_src, pos_dst=None, batch_src=None, batch_dst=None)``.
 """
 
-__all__: list[str] = []
+from meshop.nn.mlp import MLP
+
+__all__: list[str] = ["MLP"]
