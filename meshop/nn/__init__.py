@@ -4,6 +4,22 @@ Every attention layer maps features on a source node set to a target node set (s
 the target is the source): ``layer(x_src, pos_src, pos_dst=None, batch_src=None, batch_dst=None)``.
 """
 
+from meshop.nn.galerkin_attention import (
+    FourierAttention,
+    GalerkinAttention,
+    HeadAttention,
+    HeadLayerNorm,
+)
+from meshop.nn.linear_attention import LinearAttention
 from meshop.nn.mlp import MLP
+from meshop.nn.softmax_attention import SoftmaxAttention
 
-__all__: list[str] = ["MLP"]
+__all__: list[str] = [
+    "MLP",
+    "FourierAttention",
+    "GalerkinAttention",
+    "HeadAttention",
+    "HeadLayerNorm",
+    "LinearAttention",
+    "SoftmaxAttention",
+]

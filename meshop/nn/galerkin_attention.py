@@ -1,0 +1,249 @@
+r"""Softmax-free Galerkin- and Fourier-type self-attention (Galerkin Transformer eqs. (5), (6)).
+
+This module also holds :class:`HeadAttention`, the multi-head frame the whole layer family shares
+(projections, per-head layer norm, coordinates appended to every head, merge, diagonal
+initialization of eq. (17)); :class:`~meshop.nn.SoftmaxAttention` and
+:class:`~meshop.nn.LinearAttention` are the paper's baselines in the same frame.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from meshop._pyg import to_dense_batch
+from meshop.errors import ConfigError
+
+
+def default_weight(n: int, batch: Tensor | None, like: Tensor) -> Tensor:
+    """Quadrature weights ``1 / n_b`` for every node of sample ``b`` (the paper's ``1/n``), with the
+    dtype and device of ``like``."""
+    if batch is None:
+        return torch.full((n,), 1.0 / n, dtype=like.dtype, device=like.device)
+    return 1.0 / torch.bincount(batch).to(like.dtype)[batch]
+
+
+class HeadLayerNorm(nn.Module):
+    r"""Layer normalization of each head's features, with its own affine parameters per head.
+
+    .. math::
+        \mathrm{Ln}(\mathbf{q}_{i,h}) = \gamma_h \odot
+        \frac{\mathbf{q}_{i,h} - \mu(\mathbf{q}_{i,h})}
+             {\sqrt{\sigma^2(\mathbf{q}_{i,h}) + \epsilon}} + \beta_h
+
+    Shapes:
+        - input and output: ``[N, heads, head_channels]``
+    """
+
+    def __init__(self, heads: int, head_channels: int, eps: float = 1e-5):
+        super().__init__()
+        self.heads, self.head_channels, self.eps = heads, head_channels, eps
+        self.weight = nn.Parameter(torch.empty(heads, head_channels))
+        self.bias = nn.Parameter(torch.empty(heads, head_channels))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+        nn.init.zeros_(self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, (self.head_channels,), eps=self.eps) * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"heads={self.heads}, head_channels={self.head_channels}"
+
+
+class HeadAttention(nn.Module):
+    r"""Multi-head self-attention frame of the Galerkin Transformer layer family.
+
+    For every head :math:`h` (:math:`d_k = d / \text{heads}`), with :math:`\mathbf{x}` the node
+    coordinates:
+
+    .. math::
+        Q_h, K_h, V_h = \mathbf{y} W^Q_h,\ \mathbf{y} W^K_h,\ \mathbf{y} W^V_h, \qquad
+        \hat{\diamond}_h = [\,\mathrm{Ln}_h(\diamond_h) \text{ or } \diamond_h \,\|\, \mathbf{x}\,],
+        \qquad
+        \mathbf{z} = \big[\mathrm{Attn}(\hat Q_h, \hat K_h, \hat V_h)\big]_{h} W^O,
+
+    where the subclass defines :math:`\mathrm{Attn}` and which two of :math:`Q, K, V` get the
+    per-head layer norm (eqs. (5), (6)), and
+    :math:`W^O \in \mathbb{R}^{(d + \text{heads}\cdot m) \times d}` merges the heads.
+    The projections start from the diagonal initialization of eq. (17),
+    :math:`W \leftarrow \eta U + \delta I` with :math:`U` Xavier-uniform (gain 1), biases zero.
+
+    Every sum over nodes is a quadrature per sample: node :math:`j` of sample :math:`b` has weight
+    :math:`w_j` (the domain's ``weight``, summing to its measure; ``1/n_b`` when not given), which
+    is exactly the paper's :math:`1/n` on a uniform grid of the unit box.
+
+    Args:
+        channels (int): width :math:`d` of the input and output features.
+        pos_dim (int): number :math:`m` of coordinates appended to every head (0: none).
+        heads (int): number of heads; must divide ``channels``.
+        layer_norm (bool): the paper's per-head layer norm inside the attention (the new scheme);
+            ``False`` for the regular scheme of eq. (7), where the encoder normalises instead.
+        dropout (float): dropout on the attention weights, applied in training only.
+        eta (float): gain :math:`\eta` of the Xavier part of the initialization.
+        delta (float): diagonal :math:`\delta` added to the projection matrices.
+
+    Shapes:
+        - input: ``x`` [N, d], ``pos`` [N, m], ``batch`` [N] (sorted, as in PyG batches),
+          ``weight`` [N]
+        - output: [N, d]
+    """
+
+    #: which projections get the per-head layer norm in the new scheme
+    normalized: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        channels: int,
+        pos_dim: int,
+        heads: int = 1,
+        layer_norm: bool = True,
+        dropout: float = 0.0,
+        eta: float = 1e-2,
+        delta: float = 1e-2,
+    ):
+        super().__init__()
+        if heads < 1 or channels % heads:
+            raise ConfigError(f"heads ({heads}) must be positive and divide channels ({channels})")
+        if pos_dim < 0:
+            raise ConfigError(f"pos_dim must be >= 0, got {pos_dim}")
+        self.channels, self.pos_dim, self.heads = channels, pos_dim, heads
+        self.head_channels = channels // heads
+        self.layer_norm, self.dropout, self.eta, self.delta = layer_norm, dropout, eta, delta
+        self.lin_q = nn.Linear(channels, channels)
+        self.lin_k = nn.Linear(channels, channels)
+        self.lin_v = nn.Linear(channels, channels)
+        self.norms = nn.ModuleDict(
+            {key: HeadLayerNorm(heads, self.head_channels) for key in self.normalized}
+            if layer_norm
+            else {}
+        )
+        self.lin_out = nn.Linear(channels + heads * pos_dim, channels)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for lin in (self.lin_q, self.lin_k, self.lin_v):
+            nn.init.xavier_uniform_(lin.weight, gain=self.eta)
+            with torch.no_grad():
+                lin.weight += self.delta * torch.eye(self.channels)
+            nn.init.zeros_(lin.bias)
+        for norm in self.norms.values():
+            norm.reset_parameters()
+        self.lin_out.reset_parameters()
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, weight: Tensor, mask: Tensor) -> Tensor:
+        """The attention of one layer type on dense per-sample blocks.
+
+        Args:
+            q, k, v: [B, heads, n_max, e] (zero rows where ``mask`` is False).
+            weight: [B, n_max] quadrature weights (zero on padding).
+            mask: [B, n_max] True on real nodes.
+
+        Returns:
+            [B, heads, n_max, e]
+        """
+        raise NotImplementedError
+
+    def forward(
+        self, x: Tensor, pos: Tensor, batch: Tensor | None = None, weight: Tensor | None = None
+    ) -> Tensor:
+        n, heads = x.shape[0], self.heads
+        if weight is None:
+            weight = default_weight(n, batch, x)
+        coords = pos[:, None, :].expand(n, heads, self.pos_dim) if self.pos_dim else None
+        blocks = []
+        for key, lin in (("q", self.lin_q), ("k", self.lin_k), ("v", self.lin_v)):
+            t = lin(x).view(n, heads, self.head_channels)
+            if key in self.norms:
+                t = self.norms[key](t)
+            if coords is not None:
+                t = torch.cat([t, coords], dim=-1)
+            blocks.append(t)
+        e = blocks[0].shape[-1]
+        dense = []
+        for t in blocks:
+            t, mask = to_dense_batch(t.reshape(n, heads * e), batch)
+            dense.append(t.view(t.shape[0], t.shape[1], heads, e).transpose(1, 2))
+        weight, _ = to_dense_batch(weight, batch)
+        out = self.attend(*dense, weight.to(x.dtype), mask)  # [B, heads, n_max, e]
+        out = out.transpose(1, 2).reshape(mask.shape[0], mask.shape[1], heads * e)[mask]
+        return self.lin_out(out)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}({self.channels}, pos_dim={self.pos_dim}, "
+            f"heads={self.heads}, layer_norm={self.layer_norm}, dropout={self.dropout})"
+        )
+
+
+class GalerkinAttention(HeadAttention):
+    r"""Galerkin-type attention (Galerkin Transformer eq. (6)), linear in the number of nodes.
+
+    .. math::
+        \mathbf{z}_i = Q_i \Big(\sum_{j} w_j\, \mathrm{Ln}(K_j)^\top \mathrm{Ln}(V_j)\Big)
+        \quad\text{per head and per sample,}
+
+    i.e. :math:`Q(\tilde K^\top \tilde V)/n` with the :math:`1/n` read as quadrature weights
+    :math:`w_j`. The :math:`e \times e` matrix :math:`\tilde K^\top \tilde V` is formed first
+    (:math:`e = d_k + m`), so the cost is :math:`O(n e^2)` and no :math:`n \times n` matrix exists.
+    Attention dropout acts on that matrix. Multi-head frame, coordinates, diagonal initialization
+    and arguments: :class:`HeadAttention`.
+
+    Shapes:
+        - input: ``x`` [N, d], ``pos`` [N, m], ``batch`` [N], ``weight`` [N]
+        - output: [N, d]
+    """
+
+    normalized = ("k", "v")
+
+    def attend(self, q, k, v, weight, mask):
+        kv = (k * weight[:, None, :, None]).transpose(-2, -1) @ v  # [B, heads, e, e]
+        kv = F.dropout(kv, self.dropout, self.training)
+        return q @ kv
+
+
+class FourierAttention(HeadAttention):
+    r"""Fourier-type attention (Galerkin Transformer eq. (5)), quadratic in the number of nodes.
+
+    .. math::
+        \mathbf{z}_i = \sum_{j} w_j\, \big(\mathrm{Ln}(Q_i) \cdot \mathrm{Ln}(K_j)\big)\, V_j
+        \quad\text{per head and per sample,}
+
+    i.e. :math:`(\tilde Q \tilde K^\top) V / n` with the :math:`1/n` read as quadrature weights
+    :math:`w_j`: a Nyström discretisation of an integral transform with the learned kernel
+    :math:`\kappa(x, \xi) = \zeta_q(x) \cdot \phi_k(\xi)`. Attention dropout acts on the kernel
+    matrix. Multi-head frame, coordinates, diagonal initialization and arguments:
+    :class:`HeadAttention`.
+
+    Shapes:
+        - input: ``x`` [N, d], ``pos`` [N, m], ``batch`` [N], ``weight`` [N]
+        - output: [N, d]
+    """
+
+    normalized = ("q", "k")
+
+    def attend(self, q, k, v, weight, mask):
+        kernel = (q @ k.transpose(-2, -1)) * weight[:, None, None, :]  # [B, heads, n, n]
+        kernel = F.dropout(kernel, self.dropout, self.training)
+        return kernel @ v
+
+
+def log_weight_mask(weight: Tensor, mask: Tensor, dtype) -> Tensor:
+    """``log w_j`` on real nodes, ``-inf`` on padding: added to scores, a softmax over ``j`` becomes
+    the quadrature-weighted normalisation ``w_j e^{s_j} / sum_l w_l e^{s_l}`` ([B, n_max])."""
+    return torch.where(mask, weight.clamp_min(torch.finfo(dtype).tiny).log(), -math.inf).to(dtype)
+
+
+__all__ = [
+    "FourierAttention",
+    "GalerkinAttention",
+    "HeadAttention",
+    "HeadLayerNorm",
+    "default_weight",
+    "log_weight_mask",
+]

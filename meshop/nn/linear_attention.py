@@ -1,0 +1,41 @@
+r"""Linear (efficient) attention of Shen et al., the "LT" baseline of the Galerkin Transformer."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from meshop.nn.galerkin_attention import HeadAttention, log_weight_mask
+
+
+class LinearAttention(HeadAttention):
+    r"""Linear attention with two softmax normalisations (the Galerkin Transformer's "LT", Table 2).
+
+    .. math::
+        \mathbf{z}_i = \sigma_{\text{row}}(\hat Q_i)
+        \sum_j \frac{w_j \exp(\hat K_j)}{\sum_l w_l \exp(\hat K_l)}^{\!\top} V_j
+        \quad\text{per head and per sample,}
+
+    where :math:`\sigma_{\text{row}}` is a softmax over the features of each node, the second
+    softmax runs over the nodes of the sample, column by column, weighted by the quadrature weights
+    :math:`w_j` (the plain softmax when the weights are equal), and :math:`\hat\diamond` carries the
+    coordinates (:math:`e = d_k + m`). Like :class:`~meshop.nn.GalerkinAttention` the
+    :math:`e \times e` product is formed first: cost :math:`O(n e^2)`. The new layer-norm placement
+    normalises :math:`K` and :math:`V` ("LT Ln"); ``layer_norm=False`` gives the efficient attention
+    of Shen et al. Dropout on the :math:`e \times e` matrix only in training. Arguments:
+    :class:`~meshop.nn.HeadAttention`.
+
+    Shapes:
+        - input: ``x`` [N, d], ``pos`` [N, m], ``batch`` [N], ``weight`` [N]
+        - output: [N, d]
+    """
+
+    normalized = ("k", "v")
+
+    def attend(self, q, k, v, weight, mask):
+        q = q.softmax(dim=-1)
+        k = (k + log_weight_mask(weight, mask, k.dtype)[:, None, :, None]).softmax(dim=-2)
+        kv = F.dropout(k.transpose(-2, -1) @ v, self.dropout, self.training)  # [B, heads, e, e]
+        return q @ kv
+
+
+__all__ = ["LinearAttention"]
