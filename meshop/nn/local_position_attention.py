@@ -1,0 +1,247 @@
+"""Local (cross) position-attention over neighbour lists (PiT eq. (10); multi-head App. C.2)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from meshop._pyg import scatter, softmax
+from meshop.data.neighbors import neighbor_index, squared_distance
+from meshop.errors import ConfigError
+from meshop.nn.position_attention import (
+    box_lengths,
+    check_lambda_param,
+    check_periodic,
+    init_lambda_theta,
+    positive_lambda,
+)
+
+
+class LocalPositionAttention(nn.Module):
+    r"""Local position-attention of PiT (eq. (10)): position-attention restricted to a receptive
+    field around each target, from a source mesh onto a target mesh (itself when no target is
+    given), with one bandwidth :math:`\lambda^h > 0` per head (App. C.2):
+
+    .. math::
+        \mathrm{head}^h_i = \sum_{k \in \mathcal{N}(i)}
+            \frac{\exp(-\lambda^h \|x_i - y_k\|^2)}{\sum_{j \in \mathcal{N}(i)}
+            \exp(-\lambda^h \|x_i - y_j\|^2)}\, (U W^h)_k,
+        \qquad \mathrm{out}_i = \mathrm{Concat}(\mathrm{head}^1_i, \dots, \mathrm{head}^H_i).
+
+    The receptive field :math:`\mathcal{N}(i)` holds sources of the target's own sample, given by
+    exactly one of
+
+    - ``quantile=q``: :math:`\|x_i - y_k\|^2 \le r_i^2` with :math:`r_i^2` the ``q``-quantile of row
+      :math:`i` of the sample's squared-distance matrix, ties included (the paper's choice; the
+      radius adapts to the local point density);
+    - ``k``: the ``k`` nearest sources;
+    - ``radius``: the sources within that distance (a target with none gets zeros).
+
+    Neighbour lists come from torch-cluster through :func:`meshop.data.neighbor_index`; the softmax
+    over each target's neighbours is :func:`torch_geometric.utils.softmax` and the aggregation a
+    scatter-sum, so memory is :math:`O(N_{dst} k)`, never :math:`N_{dst} \times N_{src}`.
+
+    With ``periodic`` the distance is the minimum-image one. Coordinates are wrapped into the box,
+    the sources are tiled into their :math:`3^p` images (``p`` periodic axes), neighbours are found
+    among the images and mapped back to their source, keeping the nearest image of each. This equals
+    the dense minimum-image receptive field whenever that field's radius is below half the
+    shortest period (a wider field ranks the farther images of a source too).
+
+    Args:
+        in_channels (int): width :math:`C_{in}` of the source features.
+        out_channels (int): width :math:`C_{out}` of the output; divisible by ``heads``.
+        heads (int): number of heads (PiT default 2).
+        quantile (float, optional): receptive field as a quantile in ``[0, 1]`` (PiT: 0.005-0.08).
+        k (int, optional): receptive field as a number of nearest neighbours.
+        radius (float, optional): receptive field as a distance.
+        lambda_param (str): ``"tan"`` (paper), ``"softplus"`` or ``"square"``; see
+            :func:`meshop.nn.position_attention.positive_lambda`.
+        periodic (float or sequence, optional): box length of a periodic domain, one for all axes or
+            one per axis (``None`` for an open axis).
+        max_num_neighbors (int): cap of the radius search per target.
+
+    Shapes:
+        - input: source features :math:`(N_{src}, C_{in})`, source positions
+          :math:`(N_{src}, D)`, target positions :math:`(N_{dst}, D)` or ``None`` (self-attention),
+          batch vectors :math:`(N_{src})` and :math:`(N_{dst})` or ``None``
+        - output: :math:`(N_{dst}, C_{out})`
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        heads: int = 2,
+        *,
+        quantile: float | None = None,
+        k: int | None = None,
+        radius: float | None = None,
+        lambda_param: str = "tan",
+        periodic: float | Sequence[float | None] | None = None,
+        max_num_neighbors: int = 1024,
+    ):
+        super().__init__()
+        if heads < 1 or out_channels % heads != 0:
+            raise ConfigError(
+                f"out_channels ({out_channels}) must be a positive multiple of heads ({heads})"
+            )
+        field = {"quantile": quantile, "k": k, "radius": radius}
+        given = {name: value for name, value in field.items() if value is not None}
+        if len(given) != 1:
+            raise ConfigError(
+                f"give exactly one receptive field, quantile=, k= or radius= (got {given or None})"
+            )
+        if quantile is not None and not 0.0 <= quantile <= 1.0:
+            raise ConfigError(f"quantile must be in [0, 1] (0.01 is 1%), got {quantile}")
+        if k is not None and k < 1:
+            raise ConfigError(f"k must be a positive number of neighbours, got {k}")
+        if radius is not None and not radius > 0:
+            raise ConfigError(f"radius must be positive, got {radius}")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.heads = heads
+        self.head_channels = out_channels // heads
+        self.field = given
+        self.max_num_neighbors = max_num_neighbors
+        self.lambda_param = check_lambda_param(lambda_param)
+        self.periodic = check_periodic(periodic)
+        self.lin_v = nn.Linear(in_channels, out_channels, bias=False)
+        self.theta = nn.Parameter(torch.empty(heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_v.reset_parameters()
+        init_lambda_theta(self.theta, self.lambda_param)
+
+    @property
+    def lam(self) -> Tensor:
+        """The positive bandwidth of each head, [H]."""
+        return positive_lambda(self.theta, self.lambda_param)
+
+    def neighbors(
+        self,
+        pos_src: Tensor,
+        pos_dst: Tensor,
+        batch_src: Tensor | None = None,
+        batch_dst: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Receptive fields as an edge index [2, E] (row 0 target, row 1 source) and the squared
+        (minimum-image when periodic) distance of every edge [E]."""
+        if self.periodic is None:
+            index = neighbor_index(
+                pos_src,
+                pos_dst,
+                batch_src,
+                batch_dst,
+                max_num_neighbors=self.max_num_neighbors,
+                **self.field,
+            )
+            return index, squared_distance(pos_src, pos_dst, index)
+        return self._periodic_neighbors(pos_src, pos_dst, batch_src, batch_dst)
+
+    def forward(
+        self,
+        x_src: Tensor,
+        pos_src: Tensor,
+        pos_dst: Tensor | None = None,
+        batch_src: Tensor | None = None,
+        batch_dst: Tensor | None = None,
+    ) -> Tensor:
+        if pos_dst is None:
+            pos_dst, batch_dst = pos_src, batch_src
+        index, dist = self.neighbors(pos_src, pos_dst, batch_src, batch_dst)
+        dst, src = index
+        v = self.lin_v(x_src).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
+        logits = -dist[:, None] * self.lam[None, :]  # [E, H]
+        alpha = softmax(logits, index=dst, num_nodes=len(pos_dst))  # over each target's field
+        out = scatter(alpha.unsqueeze(-1) * v[src], dst, dim=0, dim_size=len(pos_dst), reduce="sum")
+        return out.view(len(pos_dst), self.out_channels)
+
+    def _periodic_neighbors(self, pos_src, pos_dst, batch_src, batch_dst) -> tuple[Tensor, Tensor]:
+        dim, n_src = pos_src.shape[1], len(pos_src)
+        box = box_lengths(self.periodic, dim, pos_src)
+        periodic = box > 0
+        safe_box = torch.where(periodic, box, torch.ones_like(box))
+
+        def wrap(pos):
+            return torch.where(periodic, pos - safe_box * torch.floor(pos / safe_box), pos)
+
+        pos_src, pos_dst = wrap(pos_src), wrap(pos_dst)
+        shifts = [(-1.0, 0.0, 1.0) if p else (0.0,) for p in periodic.tolist()]
+        offsets = pos_src.new_tensor(list(itertools.product(*shifts))) * box  # [3^p, D]
+        copies = len(offsets)
+        tiled = (pos_src[None] + offsets[:, None]).reshape(-1, dim)  # [3^p N_src, D]
+        if batch_src is None:
+            batch_src = torch.zeros(n_src, dtype=torch.long, device=pos_src.device)
+        if batch_dst is None:
+            batch_dst = torch.zeros(len(pos_dst), dtype=torch.long, device=pos_dst.device)
+        tiled_batch = batch_src.repeat(copies)
+        if "quantile" in self.field:
+            index = self._tiled_quantile_index(tiled, pos_dst, tiled_batch, batch_dst, copies)
+        else:
+            index = neighbor_index(
+                tiled,
+                pos_dst,
+                tiled_batch,
+                batch_dst,
+                max_num_neighbors=self.max_num_neighbors,
+                **self.field,
+            )
+        dist = squared_distance(tiled, pos_dst, index)
+        index = torch.stack([index[0], index[1] % n_src])
+        return _nearest_image(index, dist, len(pos_dst), n_src)
+
+    def _tiled_quantile_index(self, tiled, pos_dst, tiled_batch, batch_dst, copies) -> Tensor:
+        """Quantile receptive fields over the images, one sample at a time, with the quantile
+        rescaled so that its rank among ``copies * n`` images equals that of ``q`` among ``n``."""
+        q = self.field["quantile"]
+        parts = []
+        for b in torch.unique(batch_dst).tolist():
+            src = (tiled_batch == b).nonzero().view(-1)
+            dst = (batch_dst == b).nonzero().view(-1)
+            if len(src) == 0:
+                continue
+            q_tiled = _rescaled_quantile(q, len(src) // copies, len(src))
+            index = neighbor_index(tiled[src], pos_dst[dst], quantile=q_tiled)
+            parts.append(torch.stack([dst[index[0]], src[index[1]]]))
+        if not parts:
+            return torch.zeros(2, 0, dtype=torch.long, device=tiled.device)
+        return torch.cat(parts, dim=1)
+
+    def __repr__(self) -> str:
+        field = ", ".join(f"{name}={value}" for name, value in self.field.items())
+        periodic = "" if self.periodic is None else f", periodic={self.periodic}"
+        return (
+            f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
+            f"heads={self.heads}, {field}, lambda_param={self.lambda_param!r}{periodic})"
+        )
+
+
+def _nearest_image(index: Tensor, dist: Tensor, n_dst: int, n_src: int) -> tuple[Tensor, Tensor]:
+    """Merge edges that reach the same source through several images, keeping the nearest one;
+    edges come back grouped by target."""
+    key = index[0] * n_src + index[1]
+    unique, inverse = torch.unique(key, return_inverse=True)
+    nearest = dist.new_full((len(unique),), float("inf")).scatter_reduce(
+        0, inverse, dist, reduce="amin"
+    )
+    return torch.stack([unique // n_src, unique % n_src]), nearest
+
+
+def _rescaled_quantile(q: float, n: int, n_tiled: int) -> float:
+    """A quantile over ``n_tiled`` values whose float32 rank ``q' (n_tiled - 1)`` equals the
+    float32 rank ``q (n - 1)`` that ``torch.quantile`` uses over ``n`` values."""
+    target = torch.tensor(q, dtype=torch.float32) * (n - 1)
+    q_tiled = target / max(n_tiled - 1, 1)
+    for _ in range(64):
+        rank = q_tiled * (n_tiled - 1)
+        if rank == target:
+            break
+        q_tiled = torch.nextafter(q_tiled, q_tiled + (target - rank).sign())
+    return float(q_tiled)
+
+
+__all__ = ["LocalPositionAttention"]

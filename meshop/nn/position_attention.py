@@ -1,0 +1,257 @@
+"""Global and cross position-attention (PiT eqs. (5), (6), (9); multi-head App. C.2)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from meshop.errors import ConfigError
+
+#: ways to keep each head's lambda positive (PiT App. C.1), see :func:`positive_lambda`
+LAMBDA_PARAMS = ("tan", "softplus", "square")
+
+_TAN_SCALE = 0.25 * math.pi * (1.0 - 1e-7)
+
+
+def positive_lambda(theta: Tensor, param: str) -> Tensor:
+    r"""The positive bandwidth :math:`\lambda` of each head from its free parameter :math:`\theta`.
+
+    - ``"tan"`` (PiT App. C.1 and the authors' code):
+      :math:`\lambda = \tan\big(\tfrac{\pi}{4}(1 - 10^{-7})(1 + \sin\theta)\big)`; the
+      argument stays in :math:`[0, \pi/2)`, so :math:`\lambda \in [0, \infty)` without
+      constrained optimisation.
+    - ``"softplus"``: :math:`\lambda = \log(1 + e^{\theta})`.
+    - ``"square"``: :math:`\lambda = \theta^2` (the paper's first option, Table 3).
+    """
+    if param == "tan":
+        return torch.tan(_TAN_SCALE * (1.0 + torch.sin(theta)))
+    if param == "softplus":
+        return F.softplus(theta)
+    return theta.square()
+
+
+def init_lambda_theta(theta: Tensor, param: str) -> None:
+    r"""Initialise ``theta`` in place so that every parameterization starts from the same
+    :math:`\lambda` distribution: the authors' ``theta ~ U(0, 1)`` pushed through the ``"tan"``
+    form, i.e. :math:`\lambda \in [1, 10.9]` (attention mostly within distance
+    :math:`1/\sqrt{\lambda}` of a target, App. D)."""
+    with torch.no_grad():
+        theta.uniform_(0.0, 1.0)
+        if param == "tan":
+            return
+        lam = positive_lambda(theta, "tan")
+        theta.copy_(torch.log(torch.expm1(lam)) if param == "softplus" else lam.sqrt())
+
+
+def check_lambda_param(param: str) -> str:
+    if param not in LAMBDA_PARAMS:
+        raise ConfigError(
+            f"unknown lambda parameterization {param!r}; choose one of {list(LAMBDA_PARAMS)}"
+        )
+    return param
+
+
+def check_periodic(periodic) -> float | tuple[float | None, ...] | None:
+    """Validate a ``periodic`` argument: ``None``, one box length for every axis, or one entry per
+    axis (``None`` for an open axis)."""
+    if periodic is None:
+        return None
+    lengths = [periodic] if not isinstance(periodic, Sequence) else list(periodic)
+    for length in lengths:
+        if length is not None and not (float(length) > 0 and math.isfinite(float(length))):
+            raise ConfigError(
+                f"periodic box lengths must be positive and finite (None for an open axis), "
+                f"got {periodic!r}"
+            )
+    if not isinstance(periodic, Sequence):
+        return float(periodic)
+    return tuple(None if length is None else float(length) for length in periodic)
+
+
+def box_lengths(periodic, dim: int, like: Tensor) -> Tensor:
+    """The period of every axis as a tensor [dim] (0 on open axes)."""
+    if not isinstance(periodic, Sequence):
+        return like.new_full((dim,), float(periodic))
+    if len(periodic) != dim:
+        raise ConfigError(
+            f"periodic gives {len(periodic)} box lengths for {dim}D coordinates; give one per axis "
+            f"(None for an open axis) or a single length"
+        )
+    return like.new_tensor([0.0 if length is None else length for length in periodic])
+
+
+def minimum_image(delta: Tensor, box: Tensor) -> Tensor:
+    """Minimum-image displacement: each periodic component of ``delta`` [..., dim] is wrapped
+    into ``[-L/2, L/2]`` by ``delta - L * round(delta / L)``; components with ``L == 0`` stay."""
+    periodic = box > 0
+    wrapped = delta - box * torch.round(delta / torch.where(periodic, box, torch.ones_like(box)))
+    return torch.where(periodic, wrapped, delta)
+
+
+def sample_slices(batch: Tensor | None, n: int, num_samples: int) -> list[slice]:
+    """Contiguous node ranges of each sample from a sorted batch vector (PyG batches are sorted)."""
+    if batch is None:
+        return [slice(0, n)] * num_samples
+    ptr = torch.bincount(batch, minlength=num_samples).cumsum(0).tolist()
+    return [slice(start, stop) for start, stop in zip([0, *ptr[:-1]], ptr)]
+
+
+class PositionAttention(nn.Module):
+    r"""Global position-attention of PiT, and cross position-attention when a target mesh is given.
+
+    Self-attention on one mesh (PiT eqs. (5)-(6)) and cross attention from a source mesh
+    :math:`\{y_k\}` onto a target mesh :math:`\{x_i\}` (eq. (9)) are the same formula, run per
+    sample of a batch, with one bandwidth :math:`\lambda^h > 0` per head (App. C.2, eq. (22)):
+
+    .. math::
+        \mathrm{head}^h_i = \sum_{k} \frac{\exp(-\lambda^h \|x_i - y_k\|^2)}
+            {\sum_{j} \exp(-\lambda^h \|x_i - y_j\|^2)}\, (U W^h)_k,
+        \qquad \mathrm{out}_i = \mathrm{Concat}(\mathrm{head}^1_i, \dots, \mathrm{head}^H_i),
+
+    with :math:`W^h \in \mathbb{R}^{C_{in} \times C_{out}/H}` (together the value projection
+    :math:`W^V`, no bias) and the sums over the source nodes of the target's own sample. As the
+    source mesh is refined this converges to the integral operator of Theorem 2.1 (eqs. (7)-(8)).
+
+    The :math:`N_{dst} \times N_{src}` matrix is never built. Since
+    :math:`-\lambda\|x - y\|^2 = 2\lambda x \cdot y - \lambda\|y\|^2 - \lambda\|x\|^2` and the row
+    softmax cancels the last term, each head is scaled-dot-product attention with queries
+    :math:`[x, 1]`, keys :math:`[2\lambda y, -\lambda\|y\|^2]` and ``scale=1``; coordinates are
+    centred on the sample's source mean first (float32 cancellation) and zero-padded to the value
+    head width, so that ``F.scaled_dot_product_attention`` takes its fused kernel (O(N) memory).
+    Samples of a batch run one after the other (a block-diagonal boolean mask would be a dense
+    :math:`N_{dst} \times N_{src}` tensor).
+
+    With ``periodic`` the distance is the minimum-image one, :math:`\|x - y\|_L^2 = \sum_a
+    (\delta_a - L_a\,\mathrm{round}(\delta_a / L_a))^2` with :math:`\delta = x - y`. It is not a dot
+    product, so the kernel is computed exactly in chunks of targets: O(chunk x N_src) memory, at
+    most ``chunk_elements`` distances at a time.
+
+    Args:
+        in_channels (int): width :math:`C_{in}` of the source features.
+        out_channels (int): width :math:`C_{out}` of the output; divisible by ``heads``.
+        heads (int): number of heads :math:`H`, each with its own :math:`\lambda^h` and
+            :math:`W^h` (PiT default 2).
+        lambda_param (str): how :math:`\lambda^h > 0` is parameterized: ``"tan"`` (paper),
+            ``"softplus"`` or ``"square"``; see :func:`positive_lambda`.
+        periodic (float or sequence, optional): box length of a periodic domain, one for all axes
+            or one per axis (``None`` for an open axis). Coordinates need not be wrapped.
+        chunk_elements (int): target-chunk budget of the periodic path, in distances.
+
+    Shapes:
+        - input: source features :math:`(N_{src}, C_{in})`, source positions
+          :math:`(N_{src}, D)`, target positions :math:`(N_{dst}, D)` or ``None`` (self-attention),
+          sorted batch vectors :math:`(N_{src})` and :math:`(N_{dst})` or ``None``
+        - output: :math:`(N_{dst}, C_{out})`
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        heads: int = 2,
+        lambda_param: str = "tan",
+        periodic: float | Sequence[float | None] | None = None,
+        chunk_elements: int = 2**22,
+    ):
+        super().__init__()
+        if heads < 1 or out_channels % heads != 0:
+            raise ConfigError(
+                f"out_channels ({out_channels}) must be a positive multiple of heads ({heads})"
+            )
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.heads = heads
+        self.head_channels = out_channels // heads
+        self.lambda_param = check_lambda_param(lambda_param)
+        self.periodic = check_periodic(periodic)
+        self.chunk_elements = int(chunk_elements)
+        self.lin_v = nn.Linear(in_channels, out_channels, bias=False)
+        self.theta = nn.Parameter(torch.empty(heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_v.reset_parameters()
+        init_lambda_theta(self.theta, self.lambda_param)
+
+    @property
+    def lam(self) -> Tensor:
+        """The positive bandwidth of each head, [H]."""
+        return positive_lambda(self.theta, self.lambda_param)
+
+    def forward(
+        self,
+        x_src: Tensor,
+        pos_src: Tensor,
+        pos_dst: Tensor | None = None,
+        batch_src: Tensor | None = None,
+        batch_dst: Tensor | None = None,
+    ) -> Tensor:
+        if pos_dst is None:
+            pos_dst, batch_dst = pos_src, batch_src
+        v = self.lin_v(x_src).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
+        lam = self.lam
+        num_samples = 1
+        if batch_src is not None:
+            num_samples = int(batch_src.max()) + 1 if batch_src.numel() else 1
+        if batch_dst is not None and batch_dst.numel():
+            num_samples = max(num_samples, int(batch_dst.max()) + 1)
+        src_slices = sample_slices(batch_src, len(pos_src), num_samples)
+        dst_slices = sample_slices(batch_dst, len(pos_dst), num_samples)
+        out = v.new_zeros(len(pos_dst), self.heads, self.head_channels)
+        for s_src, s_dst in zip(src_slices, dst_slices):
+            if s_src.stop == s_src.start or s_dst.stop == s_dst.start:
+                continue
+            attend = self._attend if self.periodic is None else self._attend_periodic
+            out[s_dst] = attend(pos_src[s_src], pos_dst[s_dst], v[s_src], lam)
+        return out.view(len(pos_dst), self.out_channels)
+
+    def _attend(self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor) -> Tensor:
+        """One sample: exact Gaussian softmax attention via SDPA on augmented coordinates."""
+        centre = pos_src.mean(0)
+        y, x = pos_src - centre, pos_dst - centre
+        dim, heads, width = x.shape[1], self.heads, self.head_channels
+        size = max(width, dim + 1)
+        q = F.pad(torch.cat([x, torch.ones_like(x[:, :1])], dim=1), (0, size - dim - 1))
+        q = q.expand(heads, -1, -1)  # [H, N_dst, P]
+        k = torch.cat([2.0 * y, -y.square().sum(1, keepdim=True)], dim=1)  # [N_src, D + 1]
+        k = F.pad(lam.view(heads, 1, 1) * k, (0, size - dim - 1))  # [H, N_src, P]
+        v = F.pad(v.transpose(0, 1), (0, size - width))  # [H, N_src, P]
+        dtype = v.dtype
+        out = F.scaled_dot_product_attention(
+            q.to(dtype).unsqueeze(0).contiguous(),
+            k.to(dtype).unsqueeze(0),
+            v.unsqueeze(0),
+            scale=1.0,
+        )
+        return out[0, :, :, :width].transpose(0, 1)  # [N_dst, H, C_h]
+
+    def _attend_periodic(self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor) -> Tensor:
+        """One sample, minimum-image distances, exact kernel in chunks of targets."""
+        box = box_lengths(self.periodic, pos_src.shape[1], pos_src)
+        chunk = max(1, self.chunk_elements // len(pos_src))
+        parts = []
+        for start in range(0, len(pos_dst), chunk):
+            delta = minimum_image(pos_dst[start : start + chunk, None] - pos_src[None], box)
+            dist = delta.square().sum(-1)  # [c, N_src]
+            attn = torch.softmax(-lam.view(-1, 1, 1) * dist, dim=-1)  # [H, c, N_src]
+            parts.append(torch.einsum("hcs,shd->chd", attn.to(v.dtype), v))
+        return torch.cat(parts)
+
+    def __repr__(self) -> str:
+        periodic = "" if self.periodic is None else f", periodic={self.periodic}"
+        return (
+            f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
+            f"heads={self.heads}, lambda_param={self.lambda_param!r}{periodic})"
+        )
+
+
+__all__ = [
+    "LAMBDA_PARAMS",
+    "PositionAttention",
+    "minimum_image",
+    "positive_lambda",
+]
