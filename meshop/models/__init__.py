@@ -1,3 +1,5 @@
 """Neural operators: ``model(batch) -> [total query nodes, out_channels]``."""
 
-__all__: list[str] = []
+from meshop.models.pit import PiT
+
+__all__: list[str] = ["PiT"]

@@ -11,7 +11,9 @@ from meshop.nn.galerkin_attention import (
     HeadLayerNorm,
 )
 from meshop.nn.linear_attention import LinearAttention
+from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
+from meshop.nn.position_attention import PositionAttention
 from meshop.nn.softmax_attention import SoftmaxAttention
 
 __all__: list[str] = [
@@ -21,5 +23,7 @@ __all__: list[str] = [
     "HeadAttention",
     "HeadLayerNorm",
     "LinearAttention",
+    "LocalPositionAttention",
+    "PositionAttention",
     "SoftmaxAttention",
 ]
