@@ -1,5 +1,6 @@
 """Galerkin-family self-attention: Galerkin, Fourier, softmax and linear attention (Galerkin
-Transformer eqs. (5), (6), (17), Table 2 baselines) against dense explicit formulas."""
+Transformer eqs. (5), (6), (17), Table 2 baselines) against dense explicit formulas, and the encoder
+layer (eqs. (4), (7))."""
 
 import math
 
@@ -8,7 +9,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from meshop.data import make_loader, uniform_grid
-from meshop.nn import FourierAttention, GalerkinAttention, LinearAttention, SoftmaxAttention
+from meshop.nn import (
+    FourierAttention,
+    GalerkinAttention,
+    GalerkinEncoderLayer,
+    LinearAttention,
+    SoftmaxAttention,
+)
 
 LAYERS = {
     "galerkin": GalerkinAttention,
@@ -185,3 +192,40 @@ def test_invalid_heads_raise_config_error():
 def test_repr_shows_sizes():
     text = repr(GalerkinAttention(16, 2, heads=4))
     assert "GalerkinAttention(16, pos_dim=2, heads=4" in text
+
+
+def test_encoder_layer_scale_preserving_scheme_eq4():
+    torch.manual_seed(0)
+    layer = GalerkinEncoderLayer(8, 2, attention="fourier", heads=2).eval()
+    x, pos, weight, batch = irregular_batch()
+    x, pos, weight = x.float(), pos.float(), weight.float()
+    y = x + layer.attn(x, pos, batch, weight)
+    torch.testing.assert_close(layer(x, pos, batch, weight), y + layer.ffn(y))
+    assert set(layer.attn.norms) == {"q", "k"}
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in layer.modules())
+
+
+def test_encoder_layer_regular_scheme_eq7():
+    torch.manual_seed(0)
+    layer = GalerkinEncoderLayer(8, 2, attention="galerkin", norm="regular").eval()
+    assert len(layer.attn.norms) == 0  # no layer norm inside the attention
+    x, pos, weight, batch = irregular_batch()
+    x, pos, weight = x.float(), pos.float(), weight.float()
+    y = layer.norm_attn(x + layer.attn(x, pos, batch, weight))
+    torch.testing.assert_close(layer(x, pos, batch, weight), layer.norm_ffn(y + layer.ffn(y)))
+
+
+def test_encoder_ffn_is_linear_relu_linear_of_twice_the_width():
+    layer = GalerkinEncoderLayer(16, 1, ffn_dropout=0.1)
+    lin1, act, drop, lin2 = layer.ffn
+    assert (lin1.in_features, lin1.out_features, lin2.out_features) == (16, 32, 16)
+    assert isinstance(act, torch.nn.ReLU) and drop.p == 0.1
+
+
+def test_encoder_rejects_unknown_attention_and_norm():
+    from meshop.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="galerkin"):
+        GalerkinEncoderLayer(8, 1, attention="performer")
+    with pytest.raises(ConfigError, match="regular"):
+        GalerkinEncoderLayer(8, 1, norm="pre")

@@ -4,12 +4,14 @@ Every attention layer maps features on a source node set to a target node set (s
 the target is the source): ``layer(x_src, pos_src, pos_dst=None, batch_src=None, batch_dst=None)``.
 """
 
+from meshop.nn.encoder import GalerkinEncoderLayer
 from meshop.nn.galerkin_attention import (
     FourierAttention,
     GalerkinAttention,
     HeadAttention,
     HeadLayerNorm,
 )
+from meshop.nn.grid import CiNNDown, CiNNUp, SpectralConv, SpectralRegressor
 from meshop.nn.linear_attention import LinearAttention
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
@@ -18,12 +20,17 @@ from meshop.nn.softmax_attention import SoftmaxAttention
 
 __all__: list[str] = [
     "MLP",
+    "CiNNDown",
+    "CiNNUp",
     "FourierAttention",
     "GalerkinAttention",
+    "GalerkinEncoderLayer",
     "HeadAttention",
     "HeadLayerNorm",
     "LinearAttention",
     "LocalPositionAttention",
     "PositionAttention",
     "SoftmaxAttention",
+    "SpectralConv",
+    "SpectralRegressor",
 ]

@@ -1,0 +1,138 @@
+"""Uniform-grid machinery of the Galerkin Transformer: CiNN (Appendix B), spectral convolution and
+regressor, grid views of node features."""
+
+import math
+
+import pytest
+import torch
+
+from meshop.data import from_points, grid_points, make_loader, uniform_grid
+from meshop.errors import MeshError
+from meshop.nn.grid import (
+    CiNNDown,
+    CiNNUp,
+    SpectralConv,
+    SpectralRegressor,
+    grid_tensor,
+    interpolate_grid,
+    middle_shape,
+    node_tensor,
+    sample_grid,
+)
+
+
+def num_params(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize(("fine", "coarse", "middle"), [(141, 43, 78), (211, 61, 113)])
+def test_cinn_shapes_of_the_paper_grids(fine, coarse, middle):
+    assert middle_shape((fine, fine), (coarse, coarse)) == (middle, middle)
+    assert middle == round(math.sqrt(fine * coarse))
+    down, up = CiNNDown(3, 6), CiNNUp(6)
+    with torch.no_grad():
+        z = down(torch.randn(1, 3, fine, fine), (coarse, coarse))
+        assert z.shape == (1, 6, coarse, coarse)
+        assert up(z, (fine, fine)).shape == (1, 6, fine, fine)
+
+
+def test_cinn_down_stacks_three_convs_to_d_channels():
+    down = CiNNDown(3, 128)
+    assert [block[0].out_channels for block in down.convs] == [42, 42, 44]
+    assert down.lift[0].in_channels == 3 and down.lift[0].out_channels == 128
+    for block in (down.lift, *down.convs):
+        conv = block[0]
+        assert conv.kernel_size == (3, 3) and conv.padding == (1, 1) and conv.bias is None
+
+
+def test_interpolation_between_grids_reproduces_linear_fields_exactly():
+    """align_corners=True matches grid_points, which include the box corners."""
+    fine, coarse = (29, 17), (9, 6)
+    f = lambda p: 1.0 + 2.0 * p[:, 0] - 3.0 * p[:, 1]  # noqa: E731
+    values = f(grid_points(fine)).view(1, 1, *fine)
+    torch.testing.assert_close(
+        interpolate_grid(values, coarse).flatten(), f(grid_points(coarse)), atol=1e-6, rtol=0
+    )
+
+
+def periodic_grid(n):
+    t = torch.arange(n, dtype=torch.float64) / n
+    return torch.meshgrid(t, t, indexing="ij")
+
+
+def identity_spectral_conv(channels, modes, dim):
+    conv = SpectralConv(channels, channels, modes, dim=dim).double()
+    with torch.no_grad():
+        conv.weight.zero_()
+        eye = torch.eye(channels, dtype=torch.float64).view(1, channels, channels, *[1] * dim)
+        conv.weight[..., 0] = eye  # real part: identity on every kept mode
+    return conv
+
+
+def test_spectral_conv_2d_keeps_both_frequency_corners_and_cuts_higher_modes():
+    x, y = periodic_grid(32)
+    low = torch.sin(2 * math.pi * (3 * x - 2 * y)) + torch.cos(2 * math.pi * (x + 4 * y))
+    high = torch.cos(2 * math.pi * 7 * x)
+    conv = identity_spectral_conv(1, 5, dim=2)
+    out = conv((low + high)[None, None])[0, 0]
+    torch.testing.assert_close(out, low, atol=1e-10, rtol=0)
+
+
+def test_spectral_conv_1d_is_a_learned_filter_on_the_lowest_modes():
+    t = torch.arange(64, dtype=torch.float64) / 64
+    low, high = torch.sin(2 * math.pi * 5 * t), torch.cos(2 * math.pi * 20 * t)
+    conv = identity_spectral_conv(1, 16, dim=1)
+    torch.testing.assert_close(conv((low + high)[None, None])[0, 0], low, atol=1e-10, rtol=0)
+
+
+def test_spectral_conv_runs_on_grids_smaller_than_its_modes():
+    conv = SpectralConv(2, 3, 12, dim=2)
+    assert conv(torch.randn(2, 2, 9, 7)).shape == (2, 3, 9, 7)
+
+
+def test_spectral_parameters_count_complex_entries_twice():
+    assert num_params(SpectralConv(32, 32, 12, dim=2)) == 2 * 32 * 32 * 12 * 12 * 2
+    assert num_params(SpectralConv(48, 48, 16, dim=1)) == 48 * 48 * 16 * 2
+
+
+def test_spectral_regressor_shapes_1d_and_2d():
+    reg1 = SpectralRegressor(8, 2, pos_dim=1, width=6, modes=4)
+    assert reg1(torch.randn(3, 8, 20), torch.randn(3, 1, 20)).shape == (3, 2, 20)
+    reg2 = SpectralRegressor(8, 1, pos_dim=2, width=6, modes=3, project=True)
+    assert reg2(torch.randn(2, 8, 10, 9), torch.randn(2, 2, 10, 9)).shape == (2, 1, 10, 9)
+    assert reg2.convs[0].in_channels == 6  # projected first
+    assert reg1.convs[0].in_channels == 8 + 1  # coordinates appended
+
+
+def test_grid_tensor_round_trip_follows_grid_node_order():
+    data = [uniform_grid((3, 4), x=torch.randn(12, 2)) for _ in range(2)]
+    batch = next(iter(make_loader(data, batch_size=2)))
+    g = grid_tensor(batch.x, batch)
+    assert g.shape == (2, 2, 3, 4)
+    torch.testing.assert_close(g[1, :, 2, 1], data[1].x[2 * 4 + 1])
+    torch.testing.assert_close(node_tensor(g), batch.x)
+
+
+def test_grid_layers_refuse_domains_without_grid_shape():
+    cloud = from_points(torch.rand(12, 2), x=torch.randn(12, 1))
+    with pytest.raises(MeshError, match="mesh path"):
+        grid_tensor(cloud.x, cloud)
+    with pytest.raises(MeshError, match="mesh path"):
+        CiNNDown(1, 6)(torch.randn(1, 1, 12), (4,))
+
+
+@pytest.mark.parametrize("dim", [1, 2])
+def test_sample_grid_is_exact_for_multilinear_fields_per_sample(dim):
+    shapes, boxes = [(9,) * dim, (9,) * dim], [[(0.0, 1.0)] * dim, [(-1.0, 3.0)] * dim]
+    f = lambda p, s: s + p.sum(-1) + (p.prod(-1) if dim == 2 else 0)  # noqa: E731
+    pos = torch.stack([grid_points(sh, bx).T.reshape(dim, *sh) for sh, bx in zip(shapes, boxes)])
+    field = torch.stack([f(pos[b].flatten(1).T, b).view(1, *shapes[b]) for b in range(2)])
+    g = torch.Generator().manual_seed(0)
+    q = [
+        torch.rand(5 + b, dim, generator=g) * (hi - lo) + lo
+        for b, ((lo, hi), *_) in enumerate(boxes)
+    ]
+    query_batch = torch.tensor([0] * 5 + [1] * 6)
+    out = sample_grid(field, pos, torch.cat(q), query_batch)
+    expected = torch.cat([f(q[b], b) for b in range(2)])[:, None]
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
