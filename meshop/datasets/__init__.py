@@ -1,5 +1,17 @@
 """Datasets: real-solver generators and loaders of the standard benchmark files."""
 
 from meshop.datasets.base import GeneratedDataset, data_root
+from meshop.datasets.elasticity import Elasticity
+from meshop.datasets.mesh_folder import MeshFolder
+from meshop.datasets.standard import FNOBurgers, FNODarcy, GeoFNOAirfoil, GeoFNOElasticity
 
-__all__ = ["GeneratedDataset", "data_root"]
+__all__ = [
+    "Elasticity",
+    "FNOBurgers",
+    "FNODarcy",
+    "GeneratedDataset",
+    "GeoFNOAirfoil",
+    "GeoFNOElasticity",
+    "MeshFolder",
+    "data_root",
+]

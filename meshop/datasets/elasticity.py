@@ -1,0 +1,143 @@
+"""Elasticity: stress in a unit cell with a random star-shaped cavity, by FEM (scikit-fem)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from meshop._pyg import Data
+from meshop.data import from_points, lumped_mass_weights
+from meshop.datasets.base import GeneratedDataset
+from meshop.datasets.fem import MATERIALS, cavity_radius, cell_mesh, solve_cell
+from meshop.errors import ConfigError
+
+
+def random_cavity(
+    rng: np.random.Generator,
+    num_modes: int = 4,
+    mean_radius: tuple[float, float] = (0.2, 0.3),
+    amplitude: float = 0.05,
+    radius_range: tuple[float, float] = (0.1, 0.4),
+) -> np.ndarray:
+    """Fourier coefficients ``[r_0, a_1, b_1, ..., a_K, b_K]`` of a random smooth cavity.
+
+    ``r_0 ~ U(mean_radius)`` and ``a_k, b_k ~ N(0, (amplitude / k)^2)``; if the radius leaves
+    ``radius_range`` somewhere, the modes are scaled down until it fits (the cavity keeps a ligament
+    of at least ``0.5 - radius_range[1]`` to the cell's sides).
+    """
+    r0 = rng.uniform(*mean_radius)
+    modes = rng.normal(size=(num_modes, 2)) * (amplitude / np.arange(1, num_modes + 1))[:, None]
+    coefficients = np.concatenate([[r0], modes.ravel()])
+    theta = np.linspace(0.0, 2.0 * np.pi, 2048, endpoint=False)
+    r = cavity_radius(theta, coefficients)
+    lo, hi = radius_range
+    shrink = min(1.0, (r0 - lo) / max(r0 - r.min(), 1e-12), (hi - r0) / max(r.max() - r0, 1e-12))
+    coefficients[1:] *= shrink
+    return coefficients
+
+
+class Elasticity(GeneratedDataset):
+    r"""Von Mises stress in an elastic unit cell with a random cavity (after Geo-FNO's Elasticity).
+
+    The unit cell :math:`[0, 1]^2` has a star-shaped cavity centred at (0.5, 0.5) with boundary
+    :math:`r(\theta) = r_0 + \sum_{k=1}^K a_k \cos k\theta + b_k \sin k\theta`. It is meshed with
+    Triangle (~1000 nodes) and solved in plane strain by P2 finite elements (scikit-fem): bottom
+    edge clamped, uniform upward traction on the top edge, sides and cavity free
+    (:mod:`meshop.datasets.fem`). The operator maps the cavity shape (node positions and Fourier
+    coefficients) to the stress field.
+
+    Each sample is a ``Data`` with
+
+    - ``pos`` [N, 2]: mesh nodes (N varies per sample), ``face`` [3, F]: the triangles;
+    - ``y`` [N, 1]: von Mises stress divided by the applied traction (``target_names``);
+    - ``displacement`` [N, 2]: displacement in units of the cell side;
+    - ``params`` [1, 2K + 1]: the Fourier coefficients ``[r_0, a_1, b_1, ..., a_K, b_K]``;
+    - ``weight`` [N]: lumped-mass quadrature weights (summing to the area of the cell minus the
+      cavity).
+
+    Args:
+        root: data root (default ``$MESHOP_DATA`` or the repository's ``datasets/``).
+        split: ``"train"`` or ``"test"``.
+        num_train, num_test: split sizes; sample ``i`` depends only on ``seed`` and ``i``.
+        seed: random seed of the cavity shapes.
+        material: ``"linear"`` (Hooke) or ``"neo-hookean"`` (Newton with load stepping, slower).
+        num_modes: K, the number of Fourier modes of the cavity.
+        max_area: largest triangle area of the mesh (7e-4 gives ~1000 nodes).
+        youngs_modulus: E in MPa.
+        poisson_ratio: nu.
+        traction: upward traction on the top edge in MPa (per reference length).
+        transform: PyG transform applied on access.
+        progress: show a tqdm progress bar while generating.
+
+    Example:
+        >>> train = Elasticity(split="train", num_train=1000, num_test=200)  # doctest: +SKIP
+        >>> train[0]  # doctest: +SKIP
+        Data(pos=[1009, 2], weight=[1009], y=[1009, 1], params=[1, 9], face=[3, 1852], ...)
+    """
+
+    name = "elasticity"
+    target_names = ("von_mises",)
+
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        split: str = "train",
+        num_train: int = 1000,
+        num_test: int = 200,
+        seed: int = 0,
+        *,
+        material: str = "linear",
+        num_modes: int = 4,
+        max_area: float = 7e-4,
+        youngs_modulus: float = 10.0,
+        poisson_ratio: float = 0.3,
+        traction: float = 1.0,
+        transform=None,
+        progress: bool = True,
+    ):
+        if material not in MATERIALS:
+            raise ConfigError(f"material must be one of {MATERIALS}, got '{material}'")
+        if num_modes < 0 or max_area <= 0 or traction <= 0:
+            raise ConfigError(
+                f"need num_modes >= 0, max_area > 0 and traction > 0; got num_modes={num_modes}, "
+                f"max_area={max_area}, traction={traction}"
+            )
+        super().__init__(
+            root,
+            split,
+            num_train,
+            num_test,
+            seed,
+            transform=transform,
+            progress=progress,
+            material=material,
+            num_modes=int(num_modes),
+            max_area=float(max_area),
+            youngs_modulus=float(youngs_modulus),
+            poisson_ratio=float(poisson_ratio),
+            traction=float(traction),
+        )
+
+    def generate(self, index: int, rng: np.random.Generator) -> Data:
+        c = self.config
+        coefficients = random_cavity(rng, c["num_modes"])
+        points, triangles = cell_mesh(coefficients, max_area=c["max_area"])
+        solution = solve_cell(
+            points,
+            triangles,
+            youngs_modulus=c["youngs_modulus"],
+            poisson_ratio=c["poisson_ratio"],
+            traction=c["traction"],
+            material=c["material"],
+        )
+        data = from_points(
+            points,
+            y=solution.von_mises / c["traction"],
+            weight=lumped_mass_weights(points, [("triangle", triangles)]),
+            params=coefficients,
+        )
+        data.displacement = torch.as_tensor(solution.displacement, dtype=torch.float32)
+        data.face = torch.as_tensor(triangles.T.copy(), dtype=torch.long)
+        return data
