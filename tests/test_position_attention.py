@@ -310,6 +310,13 @@ def test_bad_arguments_raise_config_errors(build):
         build()
 
 
+def test_global_attention_asks_for_sorted_batch_vectors():
+    layer = PositionAttention(5, 4)
+    batch = torch.tensor([0, 1, 0, 1])
+    with pytest.raises(ConfigError, match="not sorted"):
+        layer(features(4), cloud(4), batch_src=batch)
+
+
 def test_periodic_box_needs_one_length_per_axis():
     layer = PositionAttention(5, 4, periodic=(1.0, 1.0, 1.0))
     with pytest.raises(ConfigError, match="one per axis"):

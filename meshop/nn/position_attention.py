@@ -92,12 +92,22 @@ def minimum_image(delta: Tensor, box: Tensor) -> Tensor:
     return torch.where(periodic, wrapped, delta)
 
 
-def sample_slices(batch: Tensor | None, n: int, num_samples: int) -> list[slice]:
-    """Contiguous node ranges of each sample from a sorted batch vector (PyG batches are sorted)."""
-    if batch is None:
-        return [slice(0, n)] * num_samples
-    ptr = torch.bincount(batch, minlength=num_samples).cumsum(0).tolist()
-    return [slice(start, stop) for start, stop in zip([0, *ptr[:-1]], ptr)]
+def sample_slices(batch_src: Tensor, batch_dst: Tensor) -> list[tuple[slice, slice]]:
+    """``(source range, target range)`` of each sample, from sorted batch vectors (PyG batches
+    are sorted; a missing batch vector means one sample)."""
+    for name, batch in (("batch_src", batch_src), ("batch_dst", batch_dst)):
+        if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
+            raise ConfigError(
+                f"{name} is not sorted; position-attention expects the nodes of each sample to be "
+                f"contiguous, as in a PyG DataLoader batch (sort the nodes by sample first)"
+            )
+    both = torch.cat([batch_src, batch_dst])
+    num_samples = int(both.max()) + 1 if both.numel() else 0
+    ranges = []
+    for batch in (batch_src, batch_dst):
+        ptr = torch.bincount(batch, minlength=num_samples).cumsum(0).tolist()
+        ranges.append([slice(start, stop) for start, stop in zip([0, *ptr[:-1]], ptr)])
+    return list(zip(*ranges))
 
 
 class PositionAttention(nn.Module):
@@ -194,19 +204,15 @@ class PositionAttention(nn.Module):
             pos_dst, batch_dst = pos_src, batch_src
         v = self.lin_v(x_src).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
         lam = self.lam
-        num_samples = 1
-        if batch_src is not None:
-            num_samples = int(batch_src.max()) + 1 if batch_src.numel() else 1
-        if batch_dst is not None and batch_dst.numel():
-            num_samples = max(num_samples, int(batch_dst.max()) + 1)
-        src_slices = sample_slices(batch_src, len(pos_src), num_samples)
-        dst_slices = sample_slices(batch_dst, len(pos_dst), num_samples)
+        if batch_src is None:
+            batch_src = torch.zeros(len(pos_src), dtype=torch.long, device=pos_src.device)
+        if batch_dst is None:
+            batch_dst = torch.zeros(len(pos_dst), dtype=torch.long, device=pos_dst.device)
+        attend = self._attend if self.periodic is None else self._attend_periodic
         out = v.new_zeros(len(pos_dst), self.heads, self.head_channels)
-        for s_src, s_dst in zip(src_slices, dst_slices):
-            if s_src.stop == s_src.start or s_dst.stop == s_dst.start:
-                continue
-            attend = self._attend if self.periodic is None else self._attend_periodic
-            out[s_dst] = attend(pos_src[s_src], pos_dst[s_dst], v[s_src], lam)
+        for src, dst in sample_slices(batch_src, batch_dst):
+            if src.stop > src.start and dst.stop > dst.start:
+                out[dst] = attend(pos_src[src], pos_dst[dst], v[src], lam)
         return out.view(len(pos_dst), self.out_channels)
 
     def _attend(self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor) -> Tensor:
