@@ -74,7 +74,7 @@ def test_whitened_features_have_identity_weighted_second_moment_over_the_batch()
 
 def test_training_output_matches_dense_reference_with_batch_moment():
     h, g, batch, weight = make_inputs()
-    for kwargs in ({}, {"value_projection": True}, {"inner_product": "sum"}):
+    for kwargs in ({}, {"value_projection": False}, {"inner_product": "sum"}):
         layer = make_layer(**kwargs).train()
         moment = batch_moment(layer.lin_q(g), weight, batch)
         expected = dense_reference(layer, h, g, batch, weight, moment)
@@ -84,13 +84,13 @@ def test_training_output_matches_dense_reference_with_batch_moment():
 def test_uniform_weights_give_the_papers_average_and_sum_gives_its_raw_sum():
     h, g, batch, _ = make_inputs(sizes=[10, 10])
     uniform = torch.full((len(g),), 0.1, dtype=g.dtype)
-    layer = make_layer().train()
+    layer = make_layer(value_projection=False).train()
     q = layer.lin_q(g)
     paper_moment = q.T @ q / len(q)  # (1/(N M)) sum over samples and points, eq. (7)
     psi = q @ torch.linalg.inv(torch.linalg.cholesky(paper_moment)).T
     torch.testing.assert_close(layer.eigenfunctions(g, batch), psi)
     torch.testing.assert_close(layer.eigenfunctions(g, batch, uniform), psi)
-    raw = make_layer(inner_product="sum").train()
+    raw = make_layer(inner_product="sum", value_projection=False).train()
     mu = raw.eigenvalues
     expected = torch.cat([psi[b] * mu @ (psi[b].T @ h[b]) for b in (batch == 0, batch == 1)])
     torch.testing.assert_close(raw(h, g, batch), expected)  # the authors' code: no 1/M
@@ -252,3 +252,35 @@ def test_repr_and_invalid_arguments():
         OrthogonalAttention(16, 32, inner_product="median")
     with pytest.raises(ConfigError, match="momentum"):
         OrthogonalAttention(16, 32, momentum=0.0)
+
+
+def _whiten_on_rank(rank, world_size, init_file, out_dir):
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size
+    )
+    _, g, batch, weight = make_inputs()
+    mine = batch % world_size == rank  # samples 0 and 2 on rank 0, sample 1 on rank 1
+    layer = make_layer().train()
+    psi = layer.eigenfunctions(
+        g[mine], torch.unique(batch[mine], return_inverse=True)[1], weight[mine]
+    )
+    (psi**2).sum().backward()
+    torch.save(
+        (psi.detach(), layer.running_moment, layer.lin_q.weight.grad), f"{out_dir}/{rank}.pt"
+    )
+    torch.distributed.destroy_process_group()
+
+
+def test_ranks_whiten_with_the_moment_of_the_whole_distributed_batch(tmp_path):
+    args = (2, tmp_path / "init", tmp_path)  # fork: the ranks skip re-importing torch and PyG
+    torch.multiprocessing.start_processes(_whiten_on_rank, args, nprocs=2, start_method="fork")
+    _, g, batch, weight = make_inputs()
+    layer = make_layer().train()
+    psi = layer.eigenfunctions(g, batch, weight)
+    (psi**2).sum().backward()
+    ranks = [torch.load(tmp_path / f"{r}.pt") for r in range(2)]
+    for rank, (psi_rank, moment, _) in enumerate(ranks):
+        torch.testing.assert_close(psi_rank, psi[batch % 2 == rank])
+        torch.testing.assert_close(moment, layer.running_moment)
+    # gradients through the all-reduce: the ranks' gradients add up to the whole batch's
+    torch.testing.assert_close(ranks[0][2] + ranks[1][2], layer.lin_q.weight.grad)

@@ -15,6 +15,7 @@ from meshop.nn.grid import CiNNDown, CiNNUp, SpectralConv, SpectralRegressor
 from meshop.nn.linear_attention import LinearAttention
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
+from meshop.nn.orthogonal_attention import OrthogonalAttention
 from meshop.nn.position_attention import PositionAttention
 from meshop.nn.softmax_attention import SoftmaxAttention
 
@@ -29,6 +30,7 @@ __all__: list[str] = [
     "HeadLayerNorm",
     "LinearAttention",
     "LocalPositionAttention",
+    "OrthogonalAttention",
     "PositionAttention",
     "SoftmaxAttention",
     "SpectralConv",

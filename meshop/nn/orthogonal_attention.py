@@ -59,7 +59,9 @@ class OrthogonalAttention(nn.Module):
         feature_channels (int): width :math:`d'` of the feature stream :math:`g`.
         k (int): number of eigenfunctions, the rank of the kernel.
         value_projection (bool): apply :math:`W_V` (eq. (5)); ``False`` leaves :math:`h` as it is,
-            as the authors' code does.
+            as the authors' code does. Without :math:`W_V` the operator :math:`h \mapsto h +
+            \tilde h` has eigenvalues :math:`\geq 1` (the kernel is positive semi-definite), so
+            one stage cannot, e.g., subtract a mean.
         momentum (float): weight of the new batch moment in the running moment (see above).
         inner_product (str): ``"mean"`` or ``"sum"`` (see above).
 
@@ -76,7 +78,7 @@ class OrthogonalAttention(nn.Module):
         channels: int,
         feature_channels: int,
         k: int = 8,
-        value_projection: bool = False,
+        value_projection: bool = True,
         momentum: float = 0.1,
         inner_product: str = "mean",
     ):

@@ -1,0 +1,315 @@
+"""The Orthogonal Neural Operator (ONO, Xiao et al.): a feature stream that learns eigenfunctions
+and a solution stream updated by orthogonal attention."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from meshop._pyg import Data
+from meshop.data.batching import node_batch, node_features, query_nodes
+from meshop.data.neighbors import knn_index
+from meshop.errors import ConfigError
+from meshop.nn.galerkin_attention import FourierAttention, GalerkinAttention, default_weight
+from meshop.nn.linear_attention import LinearAttention
+from meshop.nn.mlp import MLP
+from meshop.nn.orthogonal_attention import OrthogonalAttention
+from meshop.nn.softmax_attention import SoftmaxAttention
+
+#: self-attention layers of the feature stream, by name (all order-independent)
+FEATURE_ATTENTIONS = {
+    "galerkin": GalerkinAttention,
+    "linear": LinearAttention,
+    "softmax": SoftmaxAttention,
+    "fourier": FourierAttention,
+}
+
+
+class FeatureBlock(nn.Module):
+    r"""Pre-LN transformer block of ONO's feature stream (ONO eq. (3)).
+
+    .. math::
+        \tilde g = g + \mathrm{Attn}(\mathrm{LN}(g)), \qquad
+        g \leftarrow \tilde g + \mathrm{FFN}(\mathrm{LN}(\tilde g)),
+
+    with any self-attention of :data:`FEATURE_ATTENTIONS` (quadrature-weighted, per sample) and a
+    two-layer GELU FFN.
+
+    Args:
+        width (int): feature width :math:`d'`.
+        pos_dim (int): coordinates appended to every attention head.
+        heads (int): attention heads.
+        attention (str): a key of :data:`FEATURE_ATTENTIONS`.
+        mlp_ratio (int): hidden width of the FFN in units of ``width``.
+        dropout (float): attention dropout (training only).
+
+    Shapes:
+        - input: ``g`` [N, d'], ``pos`` [N, pos_dim], ``batch`` [N], ``weight`` [N]
+        - output: [N, d']
+    """
+
+    def __init__(self, width, pos_dim, heads=8, attention="galerkin", mlp_ratio=1, dropout=0.0):
+        super().__init__()
+        self.norm_attn = nn.LayerNorm(width)
+        self.attn = FEATURE_ATTENTIONS[attention](width, pos_dim, heads=heads, dropout=dropout)
+        self.norm_ffn = nn.LayerNorm(width)
+        self.ffn = MLP([width, mlp_ratio * width, width])
+
+    def reset_parameters(self) -> None:
+        for module in (self.norm_attn, self.attn, self.norm_ffn, self.ffn):
+            module.reset_parameters()
+        _trunc_normal(self.ffn)
+
+    def forward(self, g: Tensor, pos: Tensor, batch: Tensor, weight: Tensor) -> Tensor:
+        g = g + self.attn(self.norm_attn(g), pos, batch, weight)
+        return g + self.ffn(self.norm_ffn(g))
+
+
+class SolutionBlock(nn.Module):
+    r"""One stage of ONO's solution stream: orthogonal attention, residual, LN and FFN (eq. (6)).
+
+    .. math::
+        h \leftarrow \mathrm{FFN}\big(\mathrm{LN}(\psi\, \mathrm{diag}(\mu)\,
+        \langle \psi, h W_V \rangle + h)\big), \qquad \psi = \mathrm{ort}(g W_Q),
+
+    where :math:`g` is the feature stream after the same stage's :class:`FeatureBlock`. The last
+    stage's FFN maps to the output channels: it is the decoder :math:`\mathcal{P}` of eq. (2).
+
+    Args:
+        width (int): width :math:`d` of the solution stream (and of the feature stream).
+        out_channels (int): output width of the FFN.
+        k (int), value_projection (bool), momentum (float), inner_product (str): see
+            :class:`~meshop.nn.OrthogonalAttention`.
+        mlp_ratio (int): hidden width of the FFN in units of ``width``.
+
+    Shapes:
+        - input: ``h`` [N, d], ``g`` [N, d], ``batch`` [N], ``weight`` [N]
+        - output: [N, out_channels]
+    """
+
+    def __init__(
+        self,
+        width,
+        out_channels,
+        k=8,
+        value_projection=True,
+        momentum=0.1,
+        inner_product="mean",
+        mlp_ratio=1,
+    ):
+        super().__init__()
+        self.attn = OrthogonalAttention(
+            width, width, k, value_projection, momentum=momentum, inner_product=inner_product
+        )
+        self.norm = nn.LayerNorm(width)
+        self.ffn = MLP([width, mlp_ratio * width, out_channels])
+
+    def reset_parameters(self) -> None:
+        for module in (self.attn, self.norm, self.ffn):
+            module.reset_parameters()
+        _trunc_normal(self.ffn)
+
+    def forward(self, h: Tensor, g: Tensor, batch: Tensor, weight: Tensor) -> Tensor:
+        return self.ffn(self.norm(self.attn(h, g, batch, weight) + h))
+
+
+class ONO(nn.Module):
+    r"""Orthogonal Neural Operator (ONO Sec. 3.2, Fig. 1): two streams over the nodes of a mesh.
+
+    .. math::
+        [g^{(1)}, h^{(1)}] &= \mathrm{MLP}([a, x, \theta]) \quad (\text{split in two halves}), \\
+        g^{(l+1)} &= \mathrm{FeatureBlock}_l(g^{(l)}), \qquad
+        h^{(l+1)} = \mathrm{FFN}_l\big(\mathrm{LN}(\psi^{(l)} \mathrm{diag}(\mu^{(l)})
+            \langle \psi^{(l)}, h^{(l)} \rangle + h^{(l)})\big), \qquad
+        \psi^{(l)} = \mathrm{ort}(g^{(l+1)} W_Q^{(l)}),
+
+    for :math:`l = 1, \dots, L`; the last FFN outputs the solution. The encoder lifts the node
+    features :math:`[a, x, \theta]` (input fields, coordinates, per-sample parameters: see
+    :func:`meshop.data.node_features`) and splits them into the feature stream :math:`g`, whose
+    pre-LN transformer blocks (:class:`FeatureBlock`) provide the neural eigenfunctions, and the
+    solution stream :math:`h`, updated by :class:`~meshop.nn.OrthogonalAttention`
+    (:class:`SolutionBlock`). Every integral is a per-sample quadrature with the nodes' ``weight``
+    (``1/n`` per sample when the data has none), so meshes of any kind and size share one batch,
+    and in evaluation mode a prediction does not depend on the other samples of its batch.
+
+    **Query points** (``query_pos``, App. A's cross form). They ride along as extra nodes of their
+    sample with zero quadrature weight: in every attention of both streams they read the integrals
+    over the input mesh but add nothing to them (nor to the whitening moment), so the last stage
+    evaluates :math:`\psi(Y)\, \mathrm{diag}(\mu) \langle \psi(X), h(X) \rangle` at the query
+    points :math:`Y` from the mesh nodes :math:`X`, and a query point never affects the mesh nodes
+    or the other query points. Their input fields are those of the nearest mesh node (coordinates
+    and parameters are their own), so a query point placed on a mesh node gets exactly that node's
+    prediction. This differs from App. A's eq. (20), whose later stages integrate over the query
+    points, which carry no quadrature weights.
+
+    The defaults follow the paper's Elasticity setting (Sec. 4, authors' code): width 128,
+    8 stages, :math:`k = 8` eigenfunctions, 8 heads; the feature stream uses Galerkin attention by
+    default (the paper's linear and Nyström blocks are order-dependent or absent here; Galerkin
+    attention is its Table 5 alternative and, like every choice here, independent of node order).
+    The paper does not state the FFN width; ``mlp_ratio=1`` keeps the size within its Table 8 range.
+
+    Args:
+        in_channels (int): width of :func:`meshop.data.node_features` (fields, coordinates and
+            per-sample parameters concatenated).
+        out_channels (int): output fields at the query points.
+        pos_dim (int): spatial dimension of the coordinates.
+        width (int): width :math:`d` of both streams (the encoder outputs :math:`2d`).
+        layers (int): number :math:`L` of stages (feature block + orthogonal attention).
+        k (int): eigenfunctions per orthogonal attention.
+        heads (int): heads of the feature-stream attention.
+        feature_attention (str): ``"galerkin"``, ``"linear"``, ``"softmax"`` or ``"fourier"``.
+        value_projection (bool): :math:`W_V` of eq. (5) (off in the authors' code; see
+            :class:`~meshop.nn.OrthogonalAttention`).
+        momentum (float): running-moment momentum, BatchNorm convention (the authors' 0.9 decay).
+        inner_product (str): ``"mean"`` (resolution-independent) or ``"sum"`` (authors' code); see
+            :class:`~meshop.nn.OrthogonalAttention`.
+        mlp_ratio (int): FFN hidden width in units of ``width``.
+        dropout (float): attention dropout of the feature stream.
+
+    Shapes:
+        - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``);
+          ``latent_pos`` is not used
+        - output: :math:`(N_q, C_{out})` at :func:`meshop.data.query_nodes`
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        pos_dim: int,
+        width: int = 128,
+        layers: int = 8,
+        k: int = 8,
+        heads: int = 8,
+        feature_attention: str = "galerkin",
+        value_projection: bool = True,
+        momentum: float = 0.1,
+        inner_product: str = "mean",
+        mlp_ratio: int = 1,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        if feature_attention not in FEATURE_ATTENTIONS:
+            raise ConfigError(
+                f"unknown feature_attention {feature_attention!r}; choose one of "
+                f"{sorted(FEATURE_ATTENTIONS)}"
+            )
+        if layers < 1 or min(in_channels, out_channels, pos_dim, width, mlp_ratio) < 1:
+            raise ConfigError(
+                "in_channels, out_channels, pos_dim, width, layers and mlp_ratio must be positive; "
+                f"got {in_channels}, {out_channels}, {pos_dim}, {width}, {layers}, {mlp_ratio}"
+            )
+        self.config = dict(
+            in_channels=in_channels,
+            out_channels=out_channels,
+            pos_dim=pos_dim,
+            width=width,
+            layers=layers,
+            k=k,
+            heads=heads,
+            feature_attention=feature_attention,
+            value_projection=value_projection,
+            momentum=momentum,
+            inner_product=inner_product,
+            mlp_ratio=mlp_ratio,
+            dropout=dropout,
+        )
+        self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
+        self.encoder = MLP([in_channels, 2 * width, 2 * width])
+        self.feature_blocks = nn.ModuleList(
+            FeatureBlock(width, pos_dim, heads, feature_attention, mlp_ratio, dropout)
+            for _ in range(layers)
+        )
+        self.solution_blocks = nn.ModuleList(
+            SolutionBlock(
+                width,
+                out_channels if i == layers - 1 else width,
+                k,
+                value_projection,
+                momentum,
+                inner_product,
+                mlp_ratio,
+            )
+            for i in range(layers)
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Truncated-normal linear weights (std 0.02, as in the authors' code) in the encoder and
+        the FFNs; the feature attention keeps its own initialisation."""
+        self.encoder.reset_parameters()
+        _trunc_normal(self.encoder)
+        for block in [*self.feature_blocks, *self.solution_blocks]:
+            block.reset_parameters()
+
+    def forward(self, data: Data) -> Tensor:
+        features, pos, batch, weight, is_query = self._nodes(data)
+        g, h = self.encoder(features).chunk(2, dim=-1)
+        for feature_block, solution_block in zip(self.feature_blocks, self.solution_blocks):
+            g = feature_block(g, pos, batch, weight)
+            h = solution_block(h, g, batch, weight)
+        return h if is_query is None else h[is_query]
+
+    def _nodes(self, data: Data):
+        """Node features, coordinates, batch and weights of the mesh nodes followed, within each
+        sample, by the query nodes (zero weight), and the mask of the query nodes (None when the
+        data has no ``query_pos``)."""
+        if data.pos.shape[1] != self.pos_dim:
+            raise ConfigError(
+                f"the model was built for {self.pos_dim}D coordinates but the data is "
+                f"{data.pos.shape[1]}D"
+            )
+        features, pos, batch = node_features(data), data.pos, node_batch(data)
+        if features.shape[1] != self.in_channels:
+            raise ConfigError(
+                f"the model expects {self.in_channels} input channels (node_features: x, pos, "
+                f"params) but the data has {features.shape[1]}; build ONO with "
+                f"in_channels={features.shape[1]}"
+            )
+        weight = getattr(data, "weight", None)
+        if weight is None:
+            weight = default_weight(len(pos), batch, pos.device)
+        if getattr(data, "query_pos", None) is None:
+            return features, pos, batch, weight, None
+        query_pos, query_batch = query_nodes(data)
+        order = torch.argsort(torch.cat([batch, query_batch]), stable=True)
+        is_query = torch.cat([torch.zeros_like(batch), torch.ones_like(query_batch)]).bool()
+        return (
+            torch.cat([features, query_features(data)])[order],
+            torch.cat([pos, query_pos])[order],
+            torch.cat([batch, query_batch])[order],
+            torch.cat([weight, weight.new_zeros(len(query_pos))])[order],
+            is_query[order],
+        )
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (
+            f"in_channels={c['in_channels']}, out_channels={c['out_channels']}, "
+            f"pos_dim={c['pos_dim']}, width={c['width']}, layers={c['layers']}, k={c['k']}, "
+            f"feature_attention={c['feature_attention']!r}"
+        )
+
+
+def query_features(data: Data) -> Tensor:
+    """Node features ``[a, y, theta]`` at the query points: the input fields ``a`` of the nearest
+    mesh node of the same sample, the query coordinates ``y``, the sample's parameters ``theta``
+    ([N_q, in_channels])."""
+    query_pos, query_batch = query_nodes(data)
+    parts = []
+    if getattr(data, "x", None) is not None:
+        nearest = knn_index(data.pos, query_pos, 1, node_batch(data), query_batch)
+        parts.append(data.x[nearest[1]])
+    parts.append(query_pos)
+    if getattr(data, "params", None) is not None:
+        parts.append(data.params[query_batch])
+    return torch.cat(parts, dim=-1)
+
+
+def _trunc_normal(mlp: MLP) -> None:
+    for lin in mlp.lins:
+        nn.init.trunc_normal_(lin.weight, std=0.02)
+        nn.init.zeros_(lin.bias)
+
+
+__all__ = ["FEATURE_ATTENTIONS", "ONO", "FeatureBlock", "SolutionBlock", "query_features"]

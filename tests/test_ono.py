@@ -1,0 +1,149 @@
+"""Specification of meshop.models.ONO (ONO Sec. 3.2, Fig. 1; query points: App. A's cross form)."""
+
+import math
+
+import pytest
+import torch
+
+from meshop._pyg import Batch
+from meshop.data import from_points, make_loader, node_features
+from meshop.errors import ConfigError
+from meshop.models import ONO
+from meshop.models.ono import FEATURE_ATTENTIONS
+from meshop.train.losses import relative_l2
+
+SIZES = [30, 45, 38]
+
+
+def domain(n, seed, query=None):
+    gen = torch.Generator().manual_seed(seed)
+    pos = torch.rand(n, 2, generator=gen)
+    wave = torch.randn(2, generator=gen)
+    u = torch.sin(math.pi * (pos @ wave))[:, None]
+    y = u**2 if query is None else torch.sin(math.pi * (query @ wave))[:, None] ** 2
+    weight = torch.rand(n, generator=gen) + 0.5  # a non-uniform mesh
+    return from_points(pos, u, y, weight=weight / weight.sum(), query_pos=query)
+
+
+def samples(query=False):
+    out = []
+    for i, n in enumerate(SIZES):
+        q = (
+            torch.rand(5 + i, 2, generator=torch.Generator().manual_seed(100 + i))
+            if query
+            else None
+        )
+        out.append(domain(n, i, q))
+    return out
+
+
+def tiny(**kwargs):
+    torch.manual_seed(0)
+    kwargs = {"width": 16, "layers": 2, "k": 4, "heads": 2, **kwargs}
+    return ONO(in_channels=3, out_channels=1, pos_dim=2, **kwargs)
+
+
+def trained(model):
+    """One training-mode pass, so that the running moments hold batch statistics."""
+    model.train()
+    model(Batch.from_data_list(samples()))
+    return model.eval()
+
+
+def test_predicts_at_the_query_nodes_of_a_domain_and_of_a_batch():
+    model = tiny()
+    data = samples()[0]
+    assert model(data).shape == (SIZES[0], 1)
+    batch = next(iter(make_loader(samples(query=True), batch_size=3)))
+    assert model(batch).shape == (len(batch.query_pos), 1)
+    assert node_features(batch).shape[1] == model.config["in_channels"]
+
+
+def test_permutation_equivariance():
+    data = samples()[1]
+    perm = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(0))
+    permuted = data.clone()
+    for key in ("pos", "x", "y", "weight"):
+        permuted[key] = data[key][perm]
+    for mode in ("train", "eval"):
+        model = tiny().train(mode == "train")
+        torch.testing.assert_close(model(permuted), model(data)[perm], rtol=1e-4, atol=1e-5)
+
+
+def test_predictions_do_not_depend_on_the_batch_in_eval_mode():
+    model = trained(tiny())
+    data = samples(query=True)
+    out = model(next(iter(make_loader(data, batch_size=3))))
+    alone = torch.cat([model(d) for d in data])
+    torch.testing.assert_close(out, alone, rtol=1e-4, atol=1e-5)
+
+
+def test_fresh_model_evaluates_and_loads_a_checkpoint_strictly():
+    data = samples()[2]
+    fresh = tiny().eval()
+    assert torch.isfinite(fresh(data)).all()  # evaluation before any training batch
+    model = trained(tiny(value_projection=False))
+    state = model.state_dict()
+    assert any(key.endswith("attn.initialized") for key in state)
+    rebuilt = ONO(**model.config)
+    rebuilt.load_state_dict(state, strict=True)
+    rebuilt.eval()
+    torch.testing.assert_close(rebuilt(data), model(data))
+
+
+def test_a_query_point_on_a_mesh_node_gets_that_nodes_prediction():
+    data = samples()[0]
+    nodes = torch.tensor([3, 17, 0, 29])
+    queried = data.clone()
+    queried.query_pos = data.pos[nodes]
+    for mode in ("train", "eval"):
+        model = tiny().train(mode == "train")
+        torch.testing.assert_close(model(queried), model(data)[nodes], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", sorted(FEATURE_ATTENTIONS))
+def test_query_points_affect_neither_the_mesh_nor_each_other(attention):
+    model = trained(tiny(feature_attention=attention))
+    data = samples()[1]
+    query = torch.rand(12, 2, generator=torch.Generator().manual_seed(7))
+    both, first = data.clone(), data.clone()
+    both.query_pos, first.query_pos = query, query[:5]
+    torch.testing.assert_close(model(both)[:5], model(first), rtol=1e-4, atol=1e-5)
+
+
+def test_invalid_configuration_and_data_raise_config_errors():
+    with pytest.raises(ConfigError, match="feature_attention"):
+        tiny(feature_attention="nystrom")
+    model = tiny()
+    data = samples()[0]
+    data.x = torch.cat([data.x, data.x], dim=1)
+    with pytest.raises(ConfigError, match="in_channels=4"):
+        model(data)
+
+
+def test_fits_an_operator_that_needs_a_global_integral():
+    """u -> u - <u>: subtracting the (quadrature) mean needs communication between all nodes."""
+    train = []
+    for i in range(8):
+        d = domain(40 + 4 * i, seed=200 + i)
+        d.y = d.x - (d.weight[:, None] * d.x).sum(0)
+        train.append(d)
+    batch = Batch.from_data_list(train)
+    torch.manual_seed(0)
+    model = ONO(3, 1, 2, width=16, layers=2, k=8, heads=4)
+    steps = 200
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-5)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=steps)
+    model.eval()
+    with torch.no_grad():
+        before = relative_l2(model(batch), batch.y, batch.batch).item()
+    model.train()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        relative_l2(model(batch), batch.y, batch.batch).backward()
+        optimizer.step()
+        schedule.step()
+    model.eval()
+    with torch.no_grad():
+        after = relative_l2(model(batch), batch.y, batch.batch).item()
+    assert after < 0.1 < before
