@@ -1,5 +1,40 @@
-"""Training: losses, metrics, loop, checkpoints, distributed training."""
+"""Training: losses, metrics, the loop, checkpoints, distributed training (torchrun), runs.
 
-from meshop.train.losses import relative_l1, relative_l2, relative_lp
+``train(model, train_set, test_set, TrainConfig(epochs=10), "runs/mine")`` trains any meshop model
+on any sequence of samples; docs/training.md has the whole journey.
+"""
 
-__all__ = ["relative_l1", "relative_l2", "relative_lp"]
+from meshop.train import checkpoint
+from meshop.train.checkpoint import load_model
+from meshop.train.config import RunConfig, TrainConfig, load_config
+from meshop.train.data import LatentMesh
+from meshop.train.inference import predict, predict_file
+from meshop.train.losses import relative_h1, relative_l1, relative_l2, relative_lp
+from meshop.train.metrics import per_sample_errors
+from meshop.train.normalized import NormalizedModel, fit_normalizers
+from meshop.train.optim import build_optimizer, build_scheduler
+from meshop.train.trainer import Trainer, seed_everything, train, training_loss
+
+__all__ = [
+    "LatentMesh",
+    "NormalizedModel",
+    "RunConfig",
+    "TrainConfig",
+    "Trainer",
+    "build_optimizer",
+    "build_scheduler",
+    "checkpoint",
+    "fit_normalizers",
+    "load_config",
+    "load_model",
+    "per_sample_errors",
+    "predict",
+    "predict_file",
+    "relative_h1",
+    "relative_l1",
+    "relative_l2",
+    "relative_lp",
+    "seed_everything",
+    "train",
+    "training_loss",
+]

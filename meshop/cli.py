@@ -1,0 +1,299 @@
+"""The ``meshop`` command: train, evaluate, predict, plot, demo, and lists of datasets and models.
+
+Errors in arguments, files, fields or configurations print one line ``meshop: error: ...`` and exit
+with status 2; ``--debug`` shows the full traceback instead. Distributed training runs the same
+command under torchrun: ``torchrun --nproc_per_node 2 -m meshop.cli train ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from meshop.errors import ConfigError, MeshopError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line like every other meshop error."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{message} (see `{self.prog} --help`)")
+
+
+def parse_value(text: str) -> Any:
+    """A TOML value (``64``, ``1e-3``, ``true``, ``[16, 16]``, ``"name"``), else the bare string."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError:
+            return text
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_assignments(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
+    """``["width=64", "heads=2"]`` -> ``{"width": 64, "heads": 2}``."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} expects KEY=VALUE, got '{item}'")
+        out[key.strip().replace("-", "_")] = parse_value(value.strip())
+    return out
+
+
+# flags of `meshop train` that set TrainConfig fields (flag name -> field name)
+TRAIN_FLAGS = {
+    "epochs": int,
+    "batch_size": int,
+    "lr": float,
+    "optimizer": str,
+    "weight_decay": float,
+    "schedule": str,
+    "clip": float,
+    "loss": str,
+    "h1_weight": float,
+    "seed": int,
+    "eval_every": int,
+    "latent_points": int,
+    "device": str,
+}
+
+
+def _add_train(sub) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a model on a dataset",
+        description="Train a model on a dataset, checkpointing every epoch into --out.",
+    )
+    p.add_argument("--config", help="TOML file with [run], [train], [model], [dataset] tables")
+    p.add_argument("--dataset", help="dataset name (see `meshop datasets`)")
+    p.add_argument("--model", help="model name (see `meshop models`)")
+    p.add_argument("--out", help="run directory (default runs/DATASET-MODEL)")
+    p.add_argument("--data-dir", help="data root, folder of meshes, or folder of standard files")
+    for name, kind in TRAIN_FLAGS.items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, dest=name)
+    p.add_argument("--num-train", type=int, help="training samples (dataset option num_train)")
+    p.add_argument("--num-test", type=int, help="test samples (dataset option num_test)")
+    p.add_argument("--model-arg", action="append", metavar="KEY=VALUE", help="model option")
+    p.add_argument("--dataset-arg", action="append", metavar="KEY=VALUE", help="dataset option")
+    p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-figures", action="store_true", help="do not draw figures at the end")
+
+
+def cmd_train(args) -> int:
+    from meshop.train.config import RunConfig, from_dict, load_config
+    from meshop.train.run import train_run
+
+    run = load_config(args.config) if args.config else RunConfig()
+    for key in ("dataset", "model", "out", "data_dir"):
+        if getattr(args, key) is not None:
+            setattr(run, key, getattr(args, key))
+    run.train.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
+    if args.no_progress:
+        run.train["progress"] = False
+    from_dict(run.train)  # reject bad values before any data is generated
+    run.model_args.update(parse_assignments(args.model_arg, "--model-arg"))
+    run.dataset_args.update(parse_assignments(args.dataset_arg, "--dataset-arg"))
+    for key in ("num_train", "num_test"):
+        if getattr(args, key) is not None:
+            run.dataset_args[key] = getattr(args, key)
+    metrics = train_run(run, resume=args.resume, figures=not args.no_figures)
+    from meshop.train.distributed import setup
+
+    if setup().is_main:
+        print(json.dumps({k: v for k, v in metrics.items() if k != "lr"}, indent=None))
+    return 0
+
+
+def _add_evaluate(sub) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="relative L2 of a checkpoint on its test split",
+        description="Relative L2 (mean, median) of a checkpoint on its dataset's test split; "
+        "--dataset-arg changes dataset options, e.g. a finer grid (zero-shot super-resolution).",
+    )
+    p.add_argument("--checkpoint", required=True, help="checkpoint.pt or a run directory")
+    p.add_argument("--data-dir", help="data root (default: the one used in training)")
+    p.add_argument("--dataset-arg", action="append", metavar="KEY=VALUE", help="dataset option")
+    p.add_argument("--batch-size", type=int, default=8)
+
+
+def cmd_evaluate(args) -> int:
+    from meshop.train.run import evaluate_run
+
+    metrics = evaluate_run(
+        args.checkpoint,
+        data_dir=args.data_dir,
+        dataset_args=parse_assignments(args.dataset_arg, "--dataset-arg"),
+        batch_size=args.batch_size,
+    )
+    print(json.dumps(metrics))
+    return 0
+
+
+def _add_predict(sub) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="predict on a mesh file, at its nodes or at query points",
+        description="Read any mesh file meshio reads, predict at its nodes or at --query points "
+        "(CSV or mesh file; points may lie outside the training domain), write a mesh file "
+        "(point data, for ParaView) or CSV.",
+    )
+    p.add_argument("--checkpoint", required=True, help="checkpoint.pt or a run directory")
+    p.add_argument("--mesh", required=True, help="input mesh (.vtu, .msh, .vtk, .xdmf, ...)")
+    p.add_argument("--query", help="query points: CSV (x,y[,z] per row) or a mesh file")
+    p.add_argument("--out", required=True, help="output file: a mesh format or .csv")
+    p.add_argument("--params", help="per-sample parameters, comma separated (if trained with them)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+
+
+def cmd_predict(args) -> int:
+    from meshop.train.inference import predict_file
+
+    params = None
+    if args.params is not None:
+        try:
+            params = [float(v) for v in args.params.split(",") if v.strip()]
+        except ValueError as exc:
+            raise ConfigError(
+                f"--params expects comma-separated numbers, got '{args.params}'"
+            ) from exc
+    path, pred = predict_file(
+        args.checkpoint,
+        args.mesh,
+        args.out,
+        query=args.query,
+        params=params,
+        overwrite=args.overwrite,
+    )
+    print(f"wrote {path} ({pred.shape[0]} points, {pred.shape[1]} output channels)")
+    return 0
+
+
+def _add_plot(sub) -> None:
+    p = sub.add_parser(
+        "plot",
+        help="figures of a run: loss curve, test predictions",
+        description="PNG figures of a run: the loss curve and input/target/prediction/error of "
+        "test samples.",
+    )
+    p.add_argument("--checkpoint", required=True, help="checkpoint.pt or a run directory")
+    p.add_argument("--samples", type=int, default=2, help="number of test samples to draw")
+    p.add_argument("--out", help="figure directory (default: figures/ beside the checkpoint)")
+
+
+def cmd_plot(args) -> int:
+    from meshop.train.run import plot_run
+
+    plot_run(args.checkpoint, samples=args.samples, out=args.out)
+    return 0
+
+
+def _add_demo(sub) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="Elasticity: train PiT and an MLP baseline on the CPU, write runs/demo",
+        description="Generate (or load the cached) Elasticity dataset, train PiT and an MLP "
+        "baseline the same way, print their test relative L2, write checkpoints, .vtu files, "
+        "figures and predictions at new points into --out.",
+    )
+    p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
+    p.add_argument("--quick", action="store_true", help="a tiny version (< 1 minute)")
+    p.add_argument("--data-dir", help="data root (default $MESHOP_DATA or datasets/)")
+    p.add_argument("--epochs", type=int, help="override the number of epochs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def cmd_demo(args) -> int:
+    from meshop.train.demo import run_demo
+
+    run_demo(
+        out=args.out,
+        quick=args.quick,
+        data_dir=args.data_dir,
+        epochs=args.epochs,
+        progress=not args.no_progress,
+    )
+    return 0
+
+
+def cmd_datasets(args) -> int:
+    from meshop.datasets.registry import DATASETS
+
+    for name, entry in DATASETS.items():
+        print(f"{name:<12} {entry.description}  [models: {', '.join(entry.models)}]")
+    return 0
+
+
+def cmd_models(args) -> int:
+    from meshop.models.registry import MODELS
+
+    for name, entry in MODELS.items():
+        print(f"{name:<12} {entry.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="meshop",
+        description="Neural operators on arbitrary meshes: train, evaluate, predict, plot, demo.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_train(sub)
+    _add_evaluate(sub)
+    _add_predict(sub)
+    _add_plot(sub)
+    _add_demo(sub)
+    sub.add_parser("datasets", help="list the datasets")
+    sub.add_parser("models", help="list the models")
+    return parser
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "evaluate": cmd_evaluate,
+    "predict": cmd_predict,
+    "plot": cmd_plot,
+    "demo": cmd_demo,
+    "datasets": cmd_datasets,
+    "models": cmd_models,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``meshop`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]  # accepted anywhere on the line
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help()
+            return 2
+        return COMMANDS[args.command](args)
+    except (MeshopError, OSError) as exc:
+        if debug:
+            raise
+        print(f"meshop: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("meshop: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        from meshop.train.distributed import teardown
+
+        teardown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

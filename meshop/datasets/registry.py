@@ -1,0 +1,127 @@
+"""Dataset names used by the ``meshop`` command and by checkpoints, imported lazily.
+
+Every dataset class is built the same way: ``cls(split="train" | "test", **kwargs)`` with the
+command's ``--data-dir`` passed as the entry's ``data_dir_arg``: ``root`` (the data root of
+generated datasets, the folder of a :class:`MeshFolder`) or ``raw_dir`` (the folder holding the
+published files of the ``*-files`` datasets). Modules are imported only when a dataset is built,
+so one missing or broken dataset does not affect the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from meshop.errors import ConfigError
+from meshop.models.registry import unknown_name
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """A registered dataset: where its class lives, what it is, and the models that suit it."""
+
+    target: str
+    description: str
+    models: tuple[str, ...] = ()
+    #: the keyword argument that receives ``--data-dir``
+    data_dir_arg: str = "root"
+
+
+DATASETS: dict[str, DatasetEntry] = {
+    "elasticity": DatasetEntry(
+        "meshop.datasets.elasticity:Elasticity",
+        "stress in a plate with a random cavity (FEM, ~1000-node triangle meshes)",
+        ("pit", "ono", "galerkin", "mlp"),
+    ),
+    "airfoil": DatasetEntry(
+        "meshop.datasets.airfoil:Airfoil",
+        "Mach number around random airfoils (structured body-fitted grids)",
+        ("pit", "ono", "galerkin", "mlp"),
+    ),
+    "darcy": DatasetEntry(
+        "meshop.datasets.darcy:Darcy",
+        "2D Darcy flow on a uniform grid: permeability -> pressure",
+        ("galerkin", "fourier", "pit", "ono", "mlp"),
+    ),
+    "burgers": DatasetEntry(
+        "meshop.datasets.burgers:Burgers",
+        "1D viscous Burgers on a periodic grid: u(., 0) -> u(., 1)",
+        ("galerkin", "fourier", "pit", "ono", "mlp"),
+    ),
+    "elasticity-files": DatasetEntry(
+        "meshop.datasets.standard:GeoFNOElasticity",
+        "the Geo-FNO Elasticity files (Random_UnitCell_*.npy in --data-dir)",
+        ("pit", "ono", "galerkin", "mlp"),
+        "raw_dir",
+    ),
+    "airfoil-files": DatasetEntry(
+        "meshop.datasets.standard:GeoFNOAirfoil",
+        "the Geo-FNO NACA airfoil files (NACA_Cylinder_*.npy in --data-dir)",
+        ("pit", "ono", "galerkin", "mlp"),
+        "raw_dir",
+    ),
+    "darcy-files": DatasetEntry(
+        "meshop.datasets.standard:FNODarcy",
+        "the FNO Darcy files (piececonst_r421_N1024_smooth*.mat in --data-dir)",
+        ("galerkin", "fourier", "pit", "ono", "mlp"),
+        "raw_dir",
+    ),
+    "burgers-files": DatasetEntry(
+        "meshop.datasets.standard:FNOBurgers",
+        "the FNO Burgers file (burgers_data_R10.mat in --data-dir)",
+        ("galerkin", "fourier", "pit", "ono", "mlp"),
+        "raw_dir",
+    ),
+    "folder": DatasetEntry(
+        "meshop.datasets.mesh_folder:MeshFolder",
+        "your own meshes: every file of a folder (--data-dir) is a sample (inputs=, targets=)",
+        ("pit", "ono", "galerkin", "mlp"),
+    ),
+}
+
+
+def dataset_entry(name: str) -> DatasetEntry:
+    """The registry entry of ``name`` (ConfigError with suggestions when unknown)."""
+    if name not in DATASETS:
+        raise unknown_name("dataset", name, sorted(DATASETS))
+    return DATASETS[name]
+
+
+def dataset_class(name: str) -> type:
+    """The dataset class behind a registered name or a ``"module:Class"`` path."""
+    target = name if ":" in name else dataset_entry(name).target
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"dataset '{name}' is not available: {exc}") from exc
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ConfigError(f"dataset '{name}': module '{module_name}' has no class '{class_name}'")
+    return cls
+
+
+def build_dataset(name: str, split: str, data_dir: str | None = None, **kwargs: Any):
+    """``dataset_class(name)(split=split, **kwargs)`` with ``data_dir`` as the entry's
+    ``data_dir_arg``; unknown keyword arguments raise :class:`ConfigError` listing the accepted
+    ones."""
+    cls = dataset_class(name)
+    dir_arg = "root" if ":" in name else dataset_entry(name).data_dir_arg
+    parameters = [
+        p
+        for p in inspect.signature(cls).parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "split"
+    ]
+    if data_dir is None and any(p.name == dir_arg and p.default is p.empty for p in parameters):
+        raise ConfigError(f"dataset '{name}' needs a folder: give --data-dir")
+    accepted = [p.name for p in parameters if p.name != dir_arg]
+    for key in kwargs:
+        if key not in accepted:
+            raise ConfigError(
+                f"dataset '{name}' has no option '{key}' (options: {', '.join(accepted)})"
+            )
+    if data_dir is not None:
+        kwargs[dir_arg] = data_dir
+    return cls(split=split, **kwargs)

@@ -1,0 +1,81 @@
+"""A pointwise MLP on node features: the baseline every operator should beat."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from meshop.data import knn_index, node_batch, node_features, query_nodes
+from meshop.nn import MLP
+
+
+class MLPBaseline(nn.Module):
+    r"""Pointwise MLP baseline: the output at a point sees only that point's features,
+
+    .. math::
+        \hat u(x) = \mathrm{MLP}\big([a(x), x, \theta]\big),
+
+    where :math:`a` are the input fields, :math:`x` the coordinates and :math:`\theta` the
+    per-sample parameters (each when present). It has no communication between points, so it can
+    learn what the coordinates and parameters determine pointwise (e.g. the stress of Elasticity
+    from position and cavity shape) but not a genuine operator. At query points that are not mesh
+    nodes, :math:`a` is taken from the nearest input node.
+
+    Args:
+        in_channels: width of ``meshop.data.node_features(data)`` (x, pos and params).
+        out_channels: output channels.
+        pos_dim: spatial dimension.
+        hidden_channels: width of the hidden layers.
+        num_layers: number of linear layers.
+        act: activation between layers (see :class:`meshop.nn.MLP`).
+
+    Shapes:
+        input: a ``Data`` or batch with ``pos`` [N, pos_dim] (``x``, ``params``, ``query_pos``
+        optional);
+        output: [N_query, out_channels] at ``query_nodes(data)``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        pos_dim: int,
+        hidden_channels: int = 128,
+        num_layers: int = 4,
+        act: str = "gelu",
+    ):
+        super().__init__()
+        self.config = dict(
+            in_channels=in_channels,
+            out_channels=out_channels,
+            pos_dim=pos_dim,
+            hidden_channels=hidden_channels,
+            num_layers=num_layers,
+            act=act,
+        )
+        self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
+        widths = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.mlp = MLP(widths, act=act)
+
+    def reset_parameters(self) -> None:
+        self.mlp.reset_parameters()
+
+    def query_features(self, data) -> torch.Tensor:
+        """``[a, x, theta]`` at the query points ([N_query, in_channels])."""
+        if getattr(data, "query_pos", None) is None:
+            return node_features(data)
+        query_pos, query_batch = query_nodes(data)
+        parts = []
+        if getattr(data, "x", None) is not None:
+            nearest = knn_index(data.pos, query_pos, 1, node_batch(data), query_batch)
+            parts.append(data.x[nearest[1]])
+        parts.append(query_pos)
+        if getattr(data, "params", None) is not None:
+            parts.append(data.params[query_batch])
+        return torch.cat(parts, dim=-1)
+
+    def forward(self, data) -> torch.Tensor:
+        return self.mlp(self.query_features(data))
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels} -> {self.out_channels}, pos_dim={self.pos_dim}"

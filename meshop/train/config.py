@@ -1,0 +1,225 @@
+"""Training configuration: a plain dataclass, loadable from TOML, with unknown keys rejected."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from meshop.errors import ConfigError
+
+OPTIMIZERS = ("adam", "adamw")
+SCHEDULES = ("onecycle", "cosine", "constant")
+LOSSES = ("rel_l2", "rel_l1")
+METRICS_FORMATS = ("jsonl", "csv")
+
+
+@dataclass
+class TrainConfig:
+    """Everything the training loop needs besides the model and the data.
+
+    The defaults are the Galerkin Transformer paper's (Adam, one-cycle schedule that starts and ends
+    at ``lr / div_factor`` and peaks after ``pct_start`` of the steps, gradient clipping 1, relative
+    L2); PiT uses ``schedule="cosine"`` and ``clip=None``; ONO ``optimizer="adamw"``,
+    ``weight_decay=1e-5``, ``clip=0.1``.
+
+    Attributes:
+        epochs: passes over the training split.
+        batch_size: global batch (split evenly over the processes of a distributed run).
+        lr: peak (one-cycle) or initial (cosine, constant) learning rate.
+        optimizer: ``"adam"`` or ``"adamw"``.
+        weight_decay: L2 (adam) or decoupled (adamw) weight decay.
+        schedule: ``"onecycle"``, ``"cosine"`` (annealed to 0 over all steps) or ``"constant"``;
+            the schedule is stepped once per optimisation step.
+        pct_start: one-cycle fraction of the steps spent increasing the rate (0.3: epoch 30 of 100).
+        div_factor: one-cycle initial rate is ``lr / div_factor``.
+        final_div_factor: one-cycle final rate is ``lr / div_factor / final_div_factor``.
+        clip: maximal gradient norm (None or 0: no clipping).
+        loss: ``"rel_l2"`` or ``"rel_l1"`` per-sample relative error of decoded (physical) values.
+        h1_weight: weight of the relative H1-seminorm penalty (uniform grids and triangle meshes).
+        normalize_x, normalize_y, normalize_params: fit Gaussian normalisers on the training split.
+        seed: seeds parameters, shuffling and dropout; equal seeds give equal runs.
+        eval_every: evaluate on the test split every this many epochs (and after the last).
+        latent_points: give every sample a latent mesh of this many farthest-point-sampled nodes
+            (models without latent meshes ignore it; PiT uses the input mesh when it is None).
+        latent_grid: or a uniform latent grid of this shape over the sample's bounding box.
+        num_workers: DataLoader worker processes.
+        device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"``.
+        metrics_format: ``"jsonl"`` (metrics.jsonl) or ``"csv"`` (metrics.csv).
+        progress: show tqdm progress bars.
+        find_unused_parameters: passed to DistributedDataParallel.
+    """
+
+    epochs: int = 100
+    batch_size: int = 8
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    weight_decay: float = 0.0
+    schedule: str = "onecycle"
+    pct_start: float = 0.3
+    div_factor: float = 1e4
+    final_div_factor: float = 1.0
+    clip: float | None = 1.0
+    loss: str = "rel_l2"
+    h1_weight: float = 0.0
+    normalize_x: bool = True
+    normalize_y: bool = True
+    normalize_params: bool = True
+    seed: int = 0
+    eval_every: int = 1
+    latent_points: int | None = None
+    latent_grid: tuple[int, ...] | None = None
+    num_workers: int = 0
+    device: str = "auto"
+    metrics_format: str = "jsonl"
+    progress: bool = True
+    find_unused_parameters: bool = False
+
+    def __post_init__(self) -> None:
+        if self.latent_grid is not None:
+            self.latent_grid = tuple(int(n) for n in self.latent_grid)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` on values the loop cannot use."""
+        choices = {
+            "optimizer": OPTIMIZERS,
+            "schedule": SCHEDULES,
+            "loss": LOSSES,
+            "metrics_format": METRICS_FORMATS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}"
+                )
+        for name in ("epochs", "batch_size", "eval_every"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be positive, got {self.lr!r}")
+        if not 0 < self.pct_start < 1:
+            raise ConfigError(f"pct_start must be in (0, 1), got {self.pct_start!r}")
+        if self.latent_points is not None and self.latent_grid is not None:
+            raise ConfigError(
+                "give latent_points (farthest point sampling) or latent_grid, not both"
+            )
+        if self.latent_points is not None and int(self.latent_points) < 1:
+            raise ConfigError(f"latent_points must be positive, got {self.latent_points!r}")
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:i]', got {self.device!r}")
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with some fields changed (unknown names rejected)."""
+        return from_dict({**dataclasses.asdict(self), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if out["latent_grid"] is not None:
+            out["latent_grid"] = list(out["latent_grid"])
+        return out
+
+
+def check_keys(given: dict[str, Any], allowed: list[str], where: str) -> None:
+    """Reject keys not in ``allowed`` with the closest valid names in the message."""
+    for key in given:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(
+                f"unknown key '{key}' in {where}{hint} (valid keys: {', '.join(allowed)})"
+            )
+
+
+def from_dict(values: dict[str, Any], where: str = "the training configuration") -> TrainConfig:
+    """A :class:`TrainConfig` from a mapping; unknown keys and wrong types raise ConfigError."""
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    check_keys(values, names, where)
+    try:
+        return TrainConfig(**values)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"invalid value in {where}: {exc}") from exc
+
+
+@dataclass
+class RunConfig:
+    """A whole ``meshop train`` run: which data, which model, and how to train.
+
+    A TOML file has the same shape::
+
+        [run]
+        dataset = "elasticity"
+        model = "pit"
+        out = "runs/elasticity-pit"
+
+        [train]      # TrainConfig fields
+        epochs = 50
+
+        [model]      # keyword arguments of the model class
+        hidden_channels = 64
+
+        [dataset]    # keyword arguments of the dataset class
+        num_train = 200
+    """
+
+    dataset: str | None = None
+    model: str | None = None
+    out: str | None = None
+    data_dir: str | None = None
+    #: TrainConfig fields given explicitly (they override the dataset/model preset)
+    train: dict[str, Any] = field(default_factory=dict)
+    model_args: dict[str, Any] = field(default_factory=dict)
+    dataset_args: dict[str, Any] = field(default_factory=dict)
+
+    def train_config(self, defaults: dict[str, Any] | None = None) -> TrainConfig:
+        """The :class:`TrainConfig` of ``defaults`` (a preset) overridden by the explicit values."""
+        return from_dict({**(defaults or {}), **self.train})
+
+
+RUN_KEYS = ["dataset", "model", "out", "data_dir"]
+SECTIONS = ["run", "train", "model", "dataset"]
+
+
+def _read_toml(path: str | os.PathLike) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError as exc:
+            raise ConfigError(
+                "reading TOML configs needs Python >= 3.11 or `pip install tomli`"
+            ) from exc
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist")
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file '{path}' is not valid TOML: {exc}") from exc
+
+
+def load_config(path: str | os.PathLike) -> RunConfig:
+    """Read a :class:`RunConfig` from a TOML file (sections ``run``, ``train``, ``model``,
+    ``dataset``); unknown sections and keys raise :class:`ConfigError` naming the file."""
+    raw = _read_toml(path)
+    check_keys(raw, SECTIONS, f"'{path}' (top-level sections)")
+    for name in SECTIONS:
+        if name in raw and not isinstance(raw[name], dict):
+            raise ConfigError(f"'{path}': '{name}' must be a table ([{name}]), got {raw[name]!r}")
+    run = raw.get("run", {})
+    check_keys(run, RUN_KEYS, f"'{path}' [run]")
+    train = dict(raw.get("train", {}))
+    from_dict(train, f"'{path}' [train]")  # validates names and values now, with the file named
+    return RunConfig(
+        **run,
+        train=train,
+        model_args=dict(raw.get("model", {})),
+        dataset_args=dict(raw.get("dataset", {})),
+    )

@@ -1,0 +1,83 @@
+"""Preparing samples for training and inference: latent meshes, shapes the model is built for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from meshop._pyg import Data
+from meshop.data import add_latent_mesh, node_features
+from meshop.errors import FieldError, MeshError
+
+
+@dataclass(frozen=True)
+class LatentMesh:
+    """Transform giving a sample its latent mesh (:func:`meshop.data.add_latent_mesh`).
+
+    ``num_points`` farthest-point-sampled nodes, or a ``grid_shape`` grid over the bounding box; the
+    sample is copied, never modified. Seeded, so a sample always gets the same latent mesh.
+    """
+
+    num_points: int | None = None
+    grid_shape: tuple[int, ...] | None = None
+    seed: int = 0
+
+    def __call__(self, data: Data) -> Data:
+        if self.num_points is None and self.grid_shape is None:
+            return data
+        return add_latent_mesh(
+            data.clone(), num_points=self.num_points, grid_shape=self.grid_shape, seed=self.seed
+        )
+
+
+def prepare(samples: Iterable[Data], latent: LatentMesh | None = None) -> list[Data]:
+    """The samples as a list, each with its latent mesh computed once (not on every epoch)."""
+    return [latent(s) if latent is not None else s for s in samples]
+
+
+def describe(sample: Data) -> dict:
+    """Widths and dimension a model for this data is built with (stored in checkpoints)."""
+    if getattr(sample, "y", None) is None:
+        raise FieldError(
+            "the training samples have no targets y; a dataset for training needs them"
+        )
+    return {
+        "in_channels": int(node_features(sample).shape[-1]),
+        "out_channels": int(sample.y.shape[-1]),
+        "pos_dim": int(sample.pos.shape[-1]),
+        "x_channels": int(sample.x.shape[-1]) if getattr(sample, "x", None) is not None else 0,
+        "params_channels": (
+            int(sample.params.shape[-1]) if getattr(sample, "params", None) is not None else 0
+        ),
+    }
+
+
+def check_compatible(sample: Data, expected: dict, what: str = "the data") -> None:
+    """Raise a clear error if ``sample`` does not have the shapes the model was trained on."""
+    pos_dim = int(sample.pos.shape[-1])
+    if pos_dim != expected["pos_dim"]:
+        raise MeshError(
+            f"{what} is {pos_dim}D but the model was trained on {expected['pos_dim']}D domains"
+        )
+    for key, label in (("x_channels", "input field channels"), ("params_channels", "parameters")):
+        attr = "x" if key == "x_channels" else "params"
+        have = (
+            int(getattr(sample, attr).shape[-1]) if getattr(sample, attr, None) is not None else 0
+        )
+        if have != expected[key]:
+            raise FieldError(
+                f"{what} has {have} {label} but the model was trained with {expected[key]}; "
+                "give the same fields (and parameters) as in training"
+            )
+
+
+def field_names(dataset, key: str, count: int) -> list[str]:
+    """Names of a dataset's ``"input"`` or ``"target"`` fields (its ``input_names`` /
+    ``target_names``), else ``x0, x1, ...`` / ``y0, ...`` (``x`` / ``y`` for one channel)."""
+    names = getattr(dataset, f"{key}_names", None)
+    if isinstance(names, str):
+        names = [names]
+    if names and len(names) == count:
+        return [str(n) for n in names]
+    prefix = "x" if key == "input" else "y"
+    return [prefix] if count == 1 else [f"{prefix}{i}" for i in range(count)]

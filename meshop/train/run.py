@@ -1,0 +1,165 @@
+"""Whole runs, as the ``meshop`` command does them: train a named model on a named dataset,
+evaluate a checkpoint, draw its figures."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from meshop.data import make_loader
+from meshop.datasets.registry import build_dataset, dataset_entry
+from meshop.errors import ConfigError
+from meshop.models.registry import build_model, model_entry
+from meshop.train.checkpoint import load_model
+from meshop.train.config import RunConfig
+from meshop.train.data import check_compatible, describe, field_names
+from meshop.train.distributed import barrier, setup
+from meshop.train.inference import latent_of
+from meshop.train.metrics import per_sample_errors, summarize
+from meshop.train.plots import plot_loss_curve, plot_sample
+from meshop.train.presets import preset
+from meshop.train.trainer import Trainer, seed_everything
+
+
+def load_splits(name: str, data_dir: str | None, args: dict[str, Any], splits=("train", "test")):
+    """The named dataset's splits; in a distributed run rank 0 generates (or reads) them first, so
+    the other processes find the cache."""
+    ctx = setup()
+    out = {}
+    for turn in (0, 1):
+        if (ctx.rank == 0) == (turn == 0):
+            out = {s: build_dataset(name, s, data_dir, **args) for s in splits}
+        barrier(ctx)
+    return out
+
+
+def train_run(
+    run: RunConfig, resume: bool = False, figures: bool = True, log=print
+) -> dict[str, Any]:
+    """Train ``run.model`` on ``run.dataset`` (with the pair's preset under the explicit settings),
+    write ``run.out`` (checkpoint, metrics, figures) and return the final metrics."""
+    if not run.dataset or not run.model:
+        raise ConfigError(
+            "give a dataset and a model (--dataset NAME --model NAME, or [run] in --config)"
+        )
+    dataset_entry(run.dataset)
+    model_entry(run.model)
+    defaults = preset(run.dataset, run.model)
+    config = run.train_config(defaults["train"])
+    dataset_args = {**defaults["dataset"], **run.dataset_args}
+    model_args = {**defaults["model"], **run.model_args}
+    out = Path(run.out or f"runs/{run.dataset}-{run.model}")
+    ctx = setup(config.device)
+    splits = load_splits(run.dataset, run.data_dir, dataset_args)
+    train_set, test_set = splits["train"], splits["test"]
+    if len(train_set) == 0:
+        raise ConfigError(
+            f"dataset '{run.dataset}' has an empty train split; check its size options"
+        )
+    seed_everything(config.seed)
+    info = describe(train_set[0])
+    model = build_model(
+        run.model,
+        in_channels=info["in_channels"],
+        out_channels=info["out_channels"],
+        pos_dim=info["pos_dim"],
+        **model_args,
+    )
+    meta = {
+        "dataset": run.dataset,
+        "dataset_args": dataset_args,
+        "data_dir": str(run.data_dir) if run.data_dir else None,
+        "input_names": field_names(train_set, "input", info["x_channels"])
+        if info["x_channels"]
+        else [],
+        "target_names": field_names(train_set, "target", info["out_channels"]),
+    }
+    if ctx.is_main:
+        parameters = sum(p.numel() for p in model.parameters())
+        log(
+            f"training {run.model} ({parameters:,} parameters) on {run.dataset}: "
+            f"{len(train_set)} train / {len(test_set)} test samples -> {out}"
+        )
+    trainer = Trainer(model, train_set, test_set if len(test_set) else None, config, out, meta)
+    metrics = trainer.fit(resume=resume)
+    if ctx.is_main:
+        (out / "run.json").write_text(
+            json.dumps(
+                {
+                    "dataset": run.dataset,
+                    "model": run.model,
+                    "train": config.to_dict(),
+                    "model_args": model_args,
+                    "metrics": metrics,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        if figures:
+            plot_run(out, log=lambda *_: None)
+    return metrics
+
+
+def _test_split(ckpt: dict[str, Any], data_dir: str | None, overrides: dict[str, Any]):
+    info = ckpt["data"]
+    if not info.get("dataset"):
+        raise ConfigError(
+            "this checkpoint was not trained through `meshop train` on a named dataset; "
+            "evaluate it in Python with meshop.train.metrics.per_sample_errors"
+        )
+    args = {**info.get("dataset_args", {}), **overrides}
+    root = data_dir if data_dir is not None else info.get("data_dir")
+    return load_splits(info["dataset"], root, args, splits=("test",))["test"]
+
+
+def evaluate_run(
+    checkpoint: str | os.PathLike,
+    data_dir: str | None = None,
+    dataset_args: dict[str, Any] | None = None,
+    batch_size: int = 8,
+) -> dict[str, Any]:
+    """Relative L2 (mean, median) of a checkpoint on its dataset's test split, optionally with other
+    dataset options (e.g. another grid resolution: zero-shot super-resolution)."""
+    model, ckpt = load_model(checkpoint)
+    test_set = _test_split(ckpt, data_dir, dataset_args or {})
+    if len(test_set) == 0:
+        raise ConfigError("the test split is empty; check the dataset's size options")
+    check_compatible(test_set[0], ckpt["data"], "the test data")
+    latent = latent_of(ckpt)
+    errors = per_sample_errors(model, [latent(d) for d in test_set], batch_size)
+    return {"samples": len(errors), **summarize(errors), "nodes": int(test_set[0].pos.shape[0])}
+
+
+def plot_run(
+    run_dir: str | os.PathLike, samples: int = 2, out: str | os.PathLike | None = None, log=print
+) -> list[Path]:
+    """The loss curve and ``samples`` test predictions of a run as PNGs in ``run_dir/figures``."""
+    model, ckpt = load_model(run_dir)
+    figures = Path(out) if out is not None else Path(ckpt["path"]).parent / "figures"
+    written = [plot_loss_curve(ckpt["history"], figures / "loss.png", title=ckpt["model_name"])]
+    if samples > 0 and ckpt["data"].get("dataset"):
+        test_set = _test_split(ckpt, None, {})
+        latent = latent_of(ckpt)
+        loader = make_loader([latent(test_set[i]) for i in range(min(samples, len(test_set)))], 1)
+        with torch.no_grad():
+            for i, data in enumerate(loader):
+                pred = model(data)
+                err = float(
+                    torch.linalg.vector_norm(pred - data.y) / torch.linalg.vector_norm(data.y)
+                )
+                written.append(
+                    plot_sample(
+                        data,
+                        pred,
+                        figures / f"test_{i:03d}.png",
+                        title=f"test sample {i}: relative L2 {err:.2%}",
+                    )
+                )
+    for path in written:
+        log(f"wrote {path}")
+    return written

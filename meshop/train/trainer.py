@@ -1,0 +1,280 @@
+"""The training loop: any meshop model on any meshop dataset, on one process or under torchrun."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data.distributed import DistributedSampler
+from tqdm.auto import tqdm
+
+import meshop
+from meshop.data import make_loader, num_samples, query_nodes
+from meshop.errors import ConfigError
+from meshop.train import checkpoint as ckpt_io
+from meshop.train.config import TrainConfig
+from meshop.train.data import LatentMesh, describe, prepare
+from meshop.train.distributed import DistContext, all_gather_objects, all_reduce_sum, barrier, setup
+from meshop.train.losses import relative_h1, relative_lp
+from meshop.train.metrics import MetricsLog, per_sample_errors, summarize
+from meshop.train.normalized import NormalizedModel, fit_normalizers
+from meshop.train.optim import build_optimizer, build_scheduler
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (CPU and CUDA), numpy and random: call it before building the model."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 (the global generator that user code may use)
+    torch.manual_seed(seed)
+
+
+def training_loss(pred: torch.Tensor, batch, config: TrainConfig) -> torch.Tensor:
+    """Mean per-sample relative L2 (or L1) error, plus ``h1_weight`` times the relative H1 seminorm
+    (Galerkin Transformer, Sec. 4), on physical values."""
+    _, query_batch = query_nodes(batch)
+    p = 1 if config.loss == "rel_l1" else 2
+    loss = relative_lp(pred, batch.y, query_batch, p, num_samples(batch))
+    if config.h1_weight:
+        loss = loss + config.h1_weight * relative_h1(pred, batch.y, batch)
+    return loss
+
+
+def model_spec(model: torch.nn.Module) -> str:
+    """The name a checkpoint rebuilds ``model`` from: its registry name or ``module:Class``."""
+    from meshop.models.registry import name_of
+
+    return name_of(type(model))
+
+
+class Trainer:
+    """Train ``model`` on ``train_set``, evaluate on ``test_set``, checkpoint into ``out_dir``.
+
+    Per epoch: shuffle with a generator seeded by ``(seed, epoch)`` (a distributed sampler shares
+    the order between processes), optimise the relative error of the decoded predictions with the
+    configured optimiser, schedule and clipping, evaluate the per-sample relative L2 on the test
+    split (mean and median, reduced across processes), append a row to the metrics log and write
+    ``checkpoint.pt`` atomically (rank 0 only) with the model, normalisers, optimiser, scheduler,
+    RNG states and history. ``fit(resume=True)`` continues from that checkpoint; a run killed at any
+    point and resumed ends with the same parameters and metrics as an uninterrupted one.
+
+    Normalisers for ``x``, ``y`` and ``params`` are fitted on the training split and stored with the
+    model (:class:`~meshop.train.normalized.NormalizedModel`).
+
+    Args:
+        model: a meshop model, ``model(batch) -> [N_query, C_out]``, with a ``config`` dict.
+        train_set, test_set: sequences of ``Data`` with targets ``y`` (``test_set`` may be None).
+        config: the :class:`TrainConfig`.
+        out_dir: where checkpoints and metrics go (None: nothing is written, no resume).
+        meta: extra information stored in the checkpoint (dataset name and arguments, field names).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_set: Sequence,
+        test_set: Sequence | None = None,
+        config: TrainConfig | None = None,
+        out_dir: str | os.PathLike | None = None,
+        meta: dict[str, Any] | None = None,
+    ):
+        self.config = config or TrainConfig()
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.meta = dict(meta or {})
+        self.ctx: DistContext = setup(self.config.device)
+        if len(train_set) == 0:
+            raise ConfigError("the training split is empty")
+        if self.config.batch_size % self.ctx.world_size:
+            raise ConfigError(
+                f"batch_size {self.config.batch_size} is the global batch and must be divisible by "
+                f"the number of processes ({self.ctx.world_size})"
+            )
+        c = self.config
+        self.latent = LatentMesh(c.latent_points, c.latent_grid)
+        self.train_set = prepare(train_set, self.latent)
+        self.test_set = prepare(test_set, self.latent) if test_set is not None else None
+        self.data_info = describe(self.train_set[0])
+        normalizers = fit_normalizers(
+            self.train_set, c.normalize_x, c.normalize_y, c.normalize_params
+        )
+        self.model = NormalizedModel(model, normalizers).to(self.ctx.device)
+        self.history: list[dict[str, Any]] = []
+        self.epoch = 0  # completed epochs
+        self.local_batch = c.batch_size // self.ctx.world_size
+        self.sampler = DistributedSampler(
+            self.train_set,
+            num_replicas=self.ctx.world_size,
+            rank=self.ctx.rank,
+            shuffle=True,
+            seed=c.seed,
+        )
+        self.loader = make_loader(
+            self.train_set,
+            batch_size=self.local_batch,
+            sampler=self.sampler,
+            num_workers=c.num_workers,
+        )
+        self.steps_per_epoch = len(self.loader)
+        self.optimizer = build_optimizer(self.model, c)
+        self.scheduler = build_scheduler(self.optimizer, c, c.epochs * self.steps_per_epoch)
+        self.net = self.model
+        if self.ctx.distributed:
+            device_ids = [self.ctx.device] if self.ctx.device.type == "cuda" else None
+            self.net = DistributedDataParallel(
+                self.model, device_ids=device_ids, find_unused_parameters=c.find_unused_parameters
+            )
+        self.metrics_log = (
+            MetricsLog(self.out_dir, c.metrics_format) if self.out_dir is not None else None
+        )
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return self.out_dir / ckpt_io.CHECKPOINT_NAME if self.out_dir is not None else None
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Everything needed to resume the run or rebuild its model."""
+        return {
+            "format": ckpt_io.FORMAT,
+            "version": ckpt_io.VERSION,
+            "meshop_version": meshop.__version__,
+            "model_name": model_spec(self.model.model),
+            "model_config": dict(self.model.model.config),
+            "normalizers": {k: n.channels for k, n in self.model.normalizers.items()},
+            "state_dict": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "epoch": self.epoch,
+            "train_config": self.config.to_dict(),
+            "data": {**self.data_info, **self.meta},
+            "history": list(self.history),
+        }
+
+    def save_checkpoint(self) -> None:
+        rng = all_gather_objects(ckpt_io.rng_state(), self.ctx)  # one state per process
+        if self.ctx.is_main and self.checkpoint_path is not None:
+            ckpt_io.save_atomic({**self.state(), "rng": rng}, self.checkpoint_path)
+            self.metrics_log.rewrite(self.history)
+        barrier(self.ctx)
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        ckpt = ckpt_io.load(path, map_location=self.ctx.device)
+        if ckpt["model_name"] != model_spec(self.model.model):
+            raise ConfigError(
+                f"cannot resume: the checkpoint holds a '{ckpt['model_name']}' model, this run "
+                f"trains '{model_spec(self.model.model)}'"
+            )
+        try:
+            self.model.load_state_dict(ckpt["state_dict"])
+        except RuntimeError as exc:
+            raise ConfigError(
+                f"cannot resume from '{path}': the model differs from the checkpoint's "
+                f"({str(exc).splitlines()[0]})"
+            ) from exc
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        self.epoch = int(ckpt["epoch"])
+        self.history = list(ckpt["history"])
+        rng = ckpt["rng"]
+        ckpt_io.set_rng_state(rng[self.ctx.rank] if self.ctx.rank < len(rng) else rng[0])
+
+    # -- loop ----------------------------------------------------------------------------------
+    def step(self, batch) -> float:
+        """One optimisation step on a batch; returns the loss."""
+        pred = self.net(batch)
+        loss = training_loss(pred, batch, self.config)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return float(loss.detach())
+
+    def train_epoch(self) -> dict[str, float]:
+        c = self.config
+        self.net.train()
+        self.sampler.set_epoch(self.epoch)
+        total, count, start = 0.0, 0, time.perf_counter()
+        bar = tqdm(
+            self.loader,
+            desc=f"epoch {self.epoch + 1}/{c.epochs}",
+            unit="batch",
+            leave=False,
+            disable=not (c.progress and self.ctx.is_main),
+        )
+        for batch in bar:
+            batch = batch.to(self.ctx.device)
+            n = num_samples(batch)
+            total += self.step(batch) * n
+            count += n
+            elapsed = time.perf_counter() - start
+            bar.set_postfix(
+                loss=f"{total / count:.4g}",
+                samples_s=f"{count * self.ctx.world_size / elapsed:.1f}",
+            )
+        total, count = all_reduce_sum([total, count], self.ctx)
+        seconds = time.perf_counter() - start
+        return {
+            "train_loss": total / count,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "epoch_seconds": seconds,
+            "samples_per_second": count / seconds,
+        }
+
+    def evaluate(self, dataset: Sequence | None = None) -> dict[str, float]:
+        """Mean and median per-sample relative L2 of decoded predictions on ``dataset`` (the test
+        split by default)."""
+        dataset = self.test_set if dataset is None else dataset
+        errors = per_sample_errors(self.model, dataset, self.local_batch, self.ctx)
+        return summarize(errors)
+
+    def fit(self, resume: bool = False) -> dict[str, Any]:
+        """Train for the remaining epochs; returns the last epoch's metrics.
+
+        Args:
+            resume: continue from ``out_dir/checkpoint.pt`` if it exists (else start afresh).
+        """
+        c = self.config
+        if resume and self.checkpoint_path is not None and self.checkpoint_path.is_file():
+            self.load_checkpoint(self.checkpoint_path)
+        if self.epoch == 0:
+            self.history = []
+        log = tqdm.write if (c.progress and self.ctx.is_main) else (lambda *_: None)
+        while self.epoch < c.epochs:
+            row: dict[str, Any] = {"epoch": self.epoch + 1, **self.train_epoch()}
+            self.epoch += 1
+            last = self.epoch == c.epochs
+            if self.test_set is not None and (self.epoch % c.eval_every == 0 or last):
+                row.update(self.evaluate())
+            self.history.append(row)
+            log(
+                "  ".join(
+                    f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in row.items()
+                    if k in ("epoch", "train_loss", "test_rel_l2", "samples_per_second")
+                )
+            )
+            self.save_checkpoint()
+        return self.history[-1] if self.history else {}
+
+
+def train(
+    model: torch.nn.Module,
+    train_set: Sequence,
+    test_set: Sequence | None = None,
+    config: TrainConfig | None = None,
+    out_dir: str | os.PathLike | None = None,
+    resume: bool = False,
+    meta: dict[str, Any] | None = None,
+) -> tuple[NormalizedModel, dict[str, Any]]:
+    """Train (see :class:`Trainer`); returns ``(model with its normalisers, last metrics)``."""
+    trainer = Trainer(model, train_set, test_set, config, out_dir, meta)
+    metrics = trainer.fit(resume=resume)
+    return trainer.model.eval(), metrics

@@ -1,0 +1,65 @@
+"""Distributed data parallel: two CPU processes under torchrun train the same model as one process
+with the same global batch."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+from test_train import quiet, tiny_model, toy_samples
+
+from meshop.train import Trainer, checkpoint
+
+TESTS = Path(__file__).resolve().parent
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    from meshop.train import Trainer
+    from test_train import quiet, tiny_model, toy_samples
+
+    config = quiet(epochs=2, batch_size=4, schedule="onecycle", clip=0.5, device="cpu")
+    Trainer(tiny_model(), toy_samples(16), toy_samples(5, 1), config, sys.argv[1]).fit()
+    """
+)
+
+
+def test_two_processes_under_torchrun_train_the_same_model_as_one(tmp_path):
+    script = tmp_path / "train_ddp.py"
+    script.write_text(SCRIPT.format(tests=str(TESTS)))
+    path = os.pathsep.join(filter(None, [str(TESTS.parent), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+    ]
+    result = subprocess.run(
+        [*command, str(script), str(tmp_path / "ddp")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    config = quiet(epochs=2, batch_size=4, schedule="onecycle", clip=0.5, device="cpu")
+    Trainer(tiny_model(), toy_samples(16), toy_samples(5, 1), config, tmp_path / "single").fit()
+
+    ddp, single = checkpoint.load(tmp_path / "ddp"), checkpoint.load(tmp_path / "single")
+    for key, value in single["state_dict"].items():
+        assert torch.allclose(ddp["state_dict"][key], value, atol=1e-6), key
+    for row_ddp, row_single in zip(ddp["history"], single["history"], strict=True):
+        for key in ("train_loss", "test_rel_l2", "test_rel_l2_median"):
+            assert abs(row_ddp[key] - row_single[key]) <= 1e-6 * abs(row_single[key]), key
+    assert len(ddp["rng"]) == 2  # one RNG state per process: a resumed DDP run continues exactly
+    assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == [
+        "checkpoint.pt",
+        "metrics.jsonl",
+    ]
