@@ -1,5 +1,6 @@
 """Neural operators: ``model(batch) -> [total query nodes, out_channels]``."""
 
+from meshop.models.galerkin_transformer import GalerkinTransformer
 from meshop.models.pit import PiT
 
-__all__: list[str] = ["PiT"]
+__all__: list[str] = ["GalerkinTransformer", "PiT"]

@@ -1,0 +1,383 @@
+"""Galerkin and Fourier Transformers (Cao, NeurIPS 2021) on uniform grids and on any mesh."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from meshop._pyg import Data, scatter
+from meshop.data.batching import (
+    grid_shape_of,
+    latent_nodes,
+    node_batch,
+    node_features,
+    num_samples,
+    query_nodes,
+)
+from meshop.data.latent import coarse_shape as divided_shape
+from meshop.errors import ConfigError
+from meshop.nn.encoder import NORMS, GalerkinEncoderLayer, check_attention
+from meshop.nn.grid import (
+    CiNNDown,
+    CiNNUp,
+    SpectralRegressor,
+    grid_tensor,
+    interpolate_grid,
+    node_tensor,
+    sample_grid,
+)
+from meshop.nn.local_position_attention import LocalPositionAttention
+from meshop.nn.mlp import ACTIVATIONS, MLP
+from meshop.nn.position_attention import PositionAttention
+
+#: Table 5 sizes, the defaults for 1D (Burgers) and 2D (Darcy) domains
+PAPER_SIZES = {
+    1: dict(channels=96, heads=1, layers=4, width=48, modes=16, project=False),
+    2: dict(channels=128, heads=4, layers=6, width=32, modes=12, project=True),
+}
+PATHS = ("auto", "grid", "mesh")
+DECODERS = ("spectral", "ffn")
+
+
+class GalerkinTransformer(nn.Module):
+    r"""Galerkin Transformer, or Fourier Transformer with ``attention="fourier"`` (Sec. 4, App. B).
+
+    A stack of :class:`~meshop.nn.GalerkinEncoderLayer` (eq. (4), or eq. (7) with
+    ``norm="regular"``) on a latent set of nodes, with coordinates appended to every attention head
+    and the domain's quadrature weights standing for the paper's :math:`1/n`. Around the encoder:
+
+    - **1D uniform grids** (the Burgers pipeline, Fig. 4): pointwise lift ``Linear(in, d)`` on the
+      grid, encoder on the grid itself, decoder on the grid;
+    - **2D uniform grids** (Darcy, Fig. 5): :class:`~meshop.nn.CiNNDown` from the fine grid to the
+      ``coarse_shape`` grid, encoder there, :class:`~meshop.nn.CiNNUp` to the output grid, decoder;
+      the output grid is the fine grid for the spectral decoder and the coarse grid for the
+      ``"ffn"`` decoder (the inverse problem, whose target lives on the coarse grid);
+    - **any other mesh or point cloud** (and 3D): pointwise lift, cross position-attention (PiT)
+      from the input nodes to the latent mesh (``latent_pos``; the input mesh when absent), the
+      encoder there, cross position-attention to the query points, pointwise MLP decoder on
+      ``[features, coordinates]``. Global position-attention by default, local with ``quantile``
+      or ``k``.
+
+    Decoders: ``"spectral"`` is :class:`~meshop.nn.SpectralRegressor` (grids only; meshes use the
+    MLP), ``"ffn"`` the pointwise MLP ``[d + m, d, d, out]``. Grid paths read node features as
+    ``[B, C, *grid_shape]`` (C order, first axis slowest), so a batch holds grids of one shape.
+
+    Output: ``[total query nodes, out_channels]`` at :func:`meshop.data.query_nodes`, on every
+    path. On grids without ``query_pos`` this is the fine grid in node order; with ``query_pos``
+    the decoded grid is sampled there (bilinear). For the inverse problem set ``query_pos`` to the
+    coarse grid (``meshop.data.grid_points(coarse_shape, bounds)``, C order) and ``y`` there:
+    the prediction is then the decoder's own coarse-grid output.
+
+    Defaults follow Table 5 by dimension (``None`` arguments): 1D ``channels=96, heads=1,
+    layers=4, width=48, modes=16``; 2D and above ``channels=128, heads=4, layers=6, width=32,
+    modes=12, project=True``. The presets :meth:`burgers`, :meth:`darcy` and :meth:`inverse` build
+    the paper's networks (grid path only): 534k, 2.22M and 2.39M parameters against Table 5's
+    523k-530k, 2.22M and 2.38M.
+
+    Args:
+        in_channels (int): width of :func:`meshop.data.node_features` (x, pos, params).
+        out_channels (int): output fields.
+        pos_dim (int): spatial dimension :math:`m`.
+        attention (str): ``"galerkin"`` (GT), ``"fourier"`` (FT), ``"softmax"`` (ST) or
+            ``"linear"`` (LT).
+        channels (int, optional): encoder width :math:`d`.
+        heads (int, optional): attention heads.
+        layers (int, optional): encoder layers.
+        norm (str): ``"new"`` (eq. (4), per-head LN inside the attention) or ``"regular"``
+            (eq. (7)).
+        hidden_channels (int, optional): FFN width of the encoder (default :math:`2d`).
+        dropout (float): attention dropout. ffn_dropout (float): encoder FFN dropout.
+        eta, delta (float): diagonal initialization (eq. (17)).
+        decoder (str): ``"spectral"`` or ``"ffn"``.
+        width, modes (int, optional): spectral regressor width and Fourier modes per axis.
+        spectral_layers (int): spectral convolution layers.
+        project (bool, optional): project to ``width`` before the spectral layers (2D default).
+        coarse_shape (int or sequence, optional): the CiNN coarse grid (2D); default every third
+            node, ``ceil(n / 3)`` per axis. The paper: 43 for 141, 61 for 211 (forward Darcy), 36
+            for 141 and 71 for 211 (inverse).
+        grid_dropout (float): dropout in the CiNNs. decoder_dropout (float): in the regressor.
+        activation (str): activation of the CiNNs and decoders (SiLU in the paper).
+        path (str): ``"auto"`` (grid path on domains with ``grid_shape`` in 1D/2D, mesh path
+            otherwise; builds the modules of both), ``"grid"`` or ``"mesh"`` (only that path's
+            modules).
+        cross_heads (int): heads of the cross position-attention (mesh path).
+        quantile (float, optional), k (int, optional): local receptive field of the cross
+            position-attention (mesh path); global when both are None.
+
+    Shapes:
+        - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``)
+        - output: ``[N_query, out_channels]``
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        pos_dim: int,
+        attention: str = "galerkin",
+        channels: int | None = None,
+        heads: int | None = None,
+        layers: int | None = None,
+        norm: str = "new",
+        hidden_channels: int | None = None,
+        dropout: float = 0.0,
+        ffn_dropout: float = 0.0,
+        eta: float = 1e-2,
+        delta: float = 1e-2,
+        decoder: str = "spectral",
+        width: int | None = None,
+        modes: int | None = None,
+        spectral_layers: int = 2,
+        project: bool | None = None,
+        coarse_shape: int | Sequence[int] | None = None,
+        grid_dropout: float = 0.0,
+        decoder_dropout: float = 0.0,
+        activation: str = "silu",
+        path: str = "auto",
+        cross_heads: int = 2,
+        quantile: float | None = None,
+        k: int | None = None,
+    ):
+        super().__init__()
+        check_attention(attention)
+        _check_choice("path", path, PATHS)
+        _check_choice("decoder", decoder, DECODERS)
+        _check_choice("norm", norm, NORMS)
+        _check_choice("activation", activation, tuple(ACTIVATIONS))
+        if pos_dim < 1:
+            raise ConfigError(f"pos_dim must be >= 1, got {pos_dim}")
+        if path == "grid" and pos_dim > 2:
+            raise ConfigError(
+                f"the grid path (CiNN, spectral regressor) covers 1D and 2D grids; pos_dim is "
+                f"{pos_dim}: use path='mesh'"
+            )
+        if quantile is not None and k is not None:
+            raise ConfigError("give the cross attention one receptive field: quantile or k")
+        sizes = PAPER_SIZES[min(pos_dim, 2)]
+        channels = channels or sizes["channels"]
+        heads = heads or sizes["heads"]
+        layers = layers if layers is not None else sizes["layers"]
+        width = width or sizes["width"]
+        modes = modes or sizes["modes"]
+        project = sizes["project"] if project is None else project
+        if isinstance(coarse_shape, int):
+            coarse_shape = (coarse_shape,) * pos_dim
+        self.config = dict(
+            in_channels=in_channels,
+            out_channels=out_channels,
+            pos_dim=pos_dim,
+            attention=attention,
+            channels=channels,
+            heads=heads,
+            layers=layers,
+            norm=norm,
+            hidden_channels=hidden_channels,
+            dropout=dropout,
+            ffn_dropout=ffn_dropout,
+            eta=eta,
+            delta=delta,
+            decoder=decoder,
+            width=width,
+            modes=modes,
+            spectral_layers=spectral_layers,
+            project=project,
+            coarse_shape=tuple(coarse_shape) if coarse_shape is not None else None,
+            grid_dropout=grid_dropout,
+            decoder_dropout=decoder_dropout,
+            activation=activation,
+            path=path,
+            cross_heads=cross_heads,
+            quantile=quantile,
+            k=k,
+        )
+        self.pos_dim, self.path, self.decoder = pos_dim, path, decoder
+        self.coarse_shape = self.config["coarse_shape"]
+        self.grid = path != "mesh" and pos_dim <= 2
+        self.mesh = path != "grid"
+        self.encoder = nn.ModuleList(
+            GalerkinEncoderLayer(
+                channels,
+                pos_dim,
+                attention,
+                heads,
+                norm,
+                hidden_channels,
+                dropout,
+                ffn_dropout,
+                eta,
+                delta,
+            )
+            for _ in range(layers)
+        )
+        lift = self.mesh or pos_dim == 1
+        self.lift = nn.Linear(in_channels, channels) if lift else None
+        cinn = self.grid and pos_dim == 2
+        self.down = CiNNDown(in_channels, channels, activation, grid_dropout) if cinn else None
+        self.up = CiNNUp(channels, activation, grid_dropout) if cinn else None
+        spectral = self.grid and decoder == "spectral"
+        self.regressor = (
+            SpectralRegressor(
+                channels,
+                out_channels,
+                pos_dim,
+                width,
+                modes,
+                spectral_layers,
+                project=project,
+                activation=activation,
+                dropout=decoder_dropout,
+            )
+            if spectral
+            else None
+        )
+        head = self.mesh or decoder == "ffn"
+        self.head = (
+            MLP([channels + pos_dim, channels, channels, out_channels], act=activation)
+            if head
+            else None
+        )
+        if self.mesh:
+            cross = dict(quantile=quantile) if quantile is not None else dict(k=k)
+            self.cross_down, self.cross_up = (
+                LocalPositionAttention(channels, channels, cross_heads, **cross)
+                if quantile is not None or k is not None
+                else PositionAttention(channels, channels, cross_heads)
+                for _ in range(2)
+            )
+
+    @classmethod
+    def burgers(cls, in_channels: int = 2, out_channels: int = 1, **kwargs) -> GalerkinTransformer:
+        """The 1D network of Table 5 / Fig. 4 (Burgers): 4 layers, d = 96, 1 head, 2 spectral
+        layers of width 48 with 16 modes; ``in_channels=2`` is ``[u0, x]``. 534k parameters."""
+        preset = dict(pos_dim=1, channels=96, heads=1, layers=4, width=48, modes=16, path="grid")
+        return cls(in_channels, out_channels, **{**preset, **kwargs})
+
+    @classmethod
+    def darcy(cls, in_channels: int = 3, out_channels: int = 1, **kwargs) -> GalerkinTransformer:
+        """The 2D network of Table 5 / Fig. 5 (forward Darcy): CiNNs to a 43 x 43 coarse grid (the
+        paper's choice for 141 x 141; 61 for 211), 6 layers, d = 128, 4 heads, 2 spectral layers of
+        width 32 with 12 x 12 modes; ``in_channels=3`` is ``[a, x, y]``. 2.22M parameters."""
+        preset = dict(
+            pos_dim=2,
+            channels=128,
+            heads=4,
+            layers=6,
+            width=32,
+            modes=12,
+            project=True,
+            coarse_shape=43,
+            path="grid",
+        )
+        return cls(in_channels, out_channels, **{**preset, **kwargs})
+
+    @classmethod
+    def inverse(cls, in_channels: int = 3, out_channels: int = 1, **kwargs) -> GalerkinTransformer:
+        """The inverse-problem network of Table 5 (Darcy coefficient from the solution): 6 layers,
+        d = 192, 4 heads, FFN decoder on the 36 x 36 coarse grid (the paper's choice for
+        141 x 141; 71 for 211). 2.39M parameters."""
+        preset = dict(
+            pos_dim=2,
+            channels=192,
+            heads=4,
+            layers=6,
+            decoder="ffn",
+            coarse_shape=36,
+            path="grid",
+        )
+        return cls(in_channels, out_channels, **{**preset, **kwargs})
+
+    def reset_parameters(self) -> None:
+        for module in self.modules():
+            if module is not self and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    def uses_grid_path(self, data: Data) -> bool:
+        """Whether ``data`` goes through the grid path (raises on a non-grid domain when the
+        model was built with ``path="grid"``)."""
+        if self.path == "grid":
+            grid_shape_of(data)
+            return True
+        return self.grid and getattr(data, "grid_shape", None) is not None
+
+    def forward(self, data: Data) -> Tensor:
+        if data.pos.shape[1] != self.pos_dim:
+            raise ConfigError(
+                f"the model was built for {self.pos_dim}D coordinates but the data is "
+                f"{data.pos.shape[1]}D"
+            )
+        x = node_features(data)
+        if x.shape[1] != self.config["in_channels"]:
+            raise ConfigError(
+                f"the model expects {self.config['in_channels']} input channels (node_features: "
+                f"x, pos, params) but the data has {x.shape[1]}; build it with "
+                f"in_channels={x.shape[1]}"
+            )
+        if self.uses_grid_path(data):
+            return self._grid_forward(data, x)
+        return self._mesh_forward(data, x)
+
+    def _encode(self, h: Tensor, pos: Tensor, batch: Tensor, weight: Tensor | None) -> Tensor:
+        for layer in self.encoder:
+            h = layer(h, pos, batch, weight)
+        return h
+
+    def _grid_forward(self, data: Data, x: Tensor) -> Tensor:
+        shape, b = grid_shape_of(data), num_samples(data)
+        pos = grid_tensor(data.pos, data)  # [B, m, *shape]
+        weight = getattr(data, "weight", None)
+        if self.pos_dim == 1:
+            h = self._encode(self.lift(x), data.pos, node_batch(data), weight)
+            h, out_shape, out_pos = grid_tensor(h, data), shape, pos
+        else:
+            coarse = self.coarse_shape or divided_shape(shape, 3)
+            h = self.down(grid_tensor(x, data), coarse)  # [B, d, *coarse]
+            coarse_pos = interpolate_grid(pos, coarse)
+            n_c = math.prod(coarse)
+            batch = torch.arange(b, device=x.device).repeat_interleave(n_c)
+            if weight is not None:  # each sample's measure spread evenly on the coarse grid
+                measure = scatter(weight, node_batch(data), dim=0, dim_size=b, reduce="sum")
+                weight = (measure / n_c)[batch]
+            h = self._encode(node_tensor(h), node_tensor(coarse_pos), batch, weight)
+            h = h.view(b, *coarse, -1).movedim(-1, 1)
+            out_shape = shape if self.decoder == "spectral" else coarse
+            out_pos = pos if self.decoder == "spectral" else coarse_pos
+            h = self.up(h, out_shape)
+        if self.decoder == "spectral":
+            out = self.regressor(h, out_pos)
+        else:
+            out = self.head(torch.cat([h, out_pos], dim=1).movedim(1, -1)).movedim(-1, 1)
+        if getattr(data, "query_pos", None) is None and tuple(out_shape) == shape:
+            return node_tensor(out)
+        return sample_grid(out, out_pos, *query_nodes(data))
+
+    def _mesh_forward(self, data: Data, x: Tensor) -> Tensor:
+        pos, batch = data.pos, node_batch(data)
+        latent_pos, latent_batch = latent_nodes(data)
+        query_pos, query_batch = query_nodes(data)
+        # quadrature weights of the latent nodes: the domain's own when the latent mesh is the
+        # input mesh, else 1/n per sample (sampled nodes carry no cell measure)
+        weight = getattr(data, "weight", None) if latent_pos is pos else None
+        h = self.cross_down(self.lift(x), pos, latent_pos, batch, latent_batch)
+        h = self._encode(h, latent_pos, latent_batch, weight)
+        h = self.cross_up(h, latent_pos, query_pos, latent_batch, query_batch)
+        return self.head(torch.cat([h, query_pos], dim=-1))
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (
+            f"in_channels={c['in_channels']}, out_channels={c['out_channels']}, "
+            f"pos_dim={c['pos_dim']}, attention={c['attention']!r}, channels={c['channels']}, "
+            f"heads={c['heads']}, layers={c['layers']}, decoder={c['decoder']!r}, "
+            f"path={c['path']!r}"
+        )
+
+
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ConfigError(f"unknown {name} {value!r}; choose one of {list(choices)}")
+
+
+__all__ = ["GalerkinTransformer"]

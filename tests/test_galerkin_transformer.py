@@ -1,0 +1,203 @@
+"""GalerkinTransformer (and Fourier Transformer): paper configurations, grid and mesh paths."""
+
+import math
+
+import pytest
+import torch
+
+from meshop.data import (
+    add_latent_mesh,
+    from_points,
+    grid_points,
+    make_loader,
+    node_features,
+    set_query_points,
+    uniform_grid,
+)
+from meshop.errors import ConfigError, MeshError
+from meshop.models import GalerkinTransformer
+from meshop.train.losses import relative_l2
+
+
+def num_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("attention", ["galerkin", "fourier"])
+def test_paper_configurations_match_table5_parameter_counts(attention):
+    assert abs(num_params(GalerkinTransformer.burgers(attention=attention)) / 530e3 - 1) < 0.02
+    assert abs(num_params(GalerkinTransformer.darcy(attention=attention)) / 2.22e6 - 1) < 0.02
+    assert abs(num_params(GalerkinTransformer.inverse(attention=attention)) / 2.38e6 - 1) < 0.02
+
+
+def test_defaults_follow_table5_by_dimension():
+    one, two = GalerkinTransformer(2, 1, 1).config, GalerkinTransformer(3, 1, 2).config
+    assert (one["channels"], one["heads"], one["layers"], one["width"], one["modes"]) == (
+        96,
+        1,
+        4,
+        48,
+        16,
+    )
+    assert (two["channels"], two["heads"], two["layers"], two["width"], two["modes"]) == (
+        128,
+        4,
+        6,
+        32,
+        12,
+    )
+
+
+def tiny(in_channels, pos_dim, **kwargs):
+    torch.manual_seed(0)
+    sizes = dict(channels=8, heads=2, layers=2, width=6, modes=4, hidden_channels=16)
+    return GalerkinTransformer(in_channels, 1, pos_dim, **{**sizes, **kwargs}).eval()
+
+
+def grids(shape, count=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    n = math.prod(shape)
+    return [uniform_grid(shape, x=torch.randn(n, generator=g)) for _ in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("shape", "kwargs"),
+    [
+        ((16,), {}),
+        ((12, 10), dict(coarse_shape=5)),
+        ((12, 10), dict(decoder="ffn", coarse_shape=5)),
+    ],
+)
+def test_grid_path_predicts_each_sample_independently_of_its_batch(shape, kwargs):
+    model = tiny(1 + len(shape), len(shape), **kwargs)
+    data = grids(shape)
+    batch = next(iter(make_loader(data, batch_size=3)))
+    assert model.uses_grid_path(batch)
+    out = model(batch)
+    n = math.prod(shape)
+    assert out.shape == (3 * n, 1)
+    for i, d in enumerate(data):
+        torch.testing.assert_close(out[i * n : (i + 1) * n], model(d), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["galerkin", "fourier", "softmax", "linear"])
+@pytest.mark.parametrize("norm", ["new", "regular"])
+def test_every_attention_and_norm_scheme_runs_the_1d_pipeline(attention, norm):
+    model = tiny(2, 1, attention=attention, norm=norm)
+    assert model(grids((16,), count=1)[0]).shape == (16, 1)
+
+
+def test_inverse_problem_predicts_on_the_coarse_grid_given_as_query_points():
+    model = tiny(3, 2, decoder="ffn", coarse_shape=(5, 4), path="grid")
+    data = grids((12, 10), count=2)
+    for d in data:
+        set_query_points(d, grid_points((5, 4)), y=torch.zeros(20))
+    batch = next(iter(make_loader(data, batch_size=2)))
+    out = model(batch)
+    assert out.shape == (40, 1)
+    torch.testing.assert_close(out[20:], model(data[1]), rtol=1e-4, atol=1e-5)
+
+
+def test_grid_queries_anywhere_interpolate_the_fine_prediction():
+    model = tiny(2, 1)
+    data = grids((16,), count=1)[0]
+    fine = model(data)
+    set_query_points(data, data.pos[[3, 7]])
+    torch.testing.assert_close(model(data), fine[[3, 7]], rtol=1e-4, atol=1e-6)
+
+
+def test_grid_only_model_refuses_other_meshes_and_names_the_mesh_path():
+    model = tiny(3, 2, coarse_shape=5, path="grid")
+    cloud = from_points(torch.rand(30, 2), x=torch.randn(30, 1))
+    with pytest.raises(MeshError, match="mesh path"):
+        model(cloud)
+    with pytest.raises(ConfigError, match="mesh"):
+        GalerkinTransformer(4, 1, 3, path="grid")
+
+
+def test_grid_and_the_same_points_as_a_cloud_give_the_same_mesh_path_prediction():
+    model = tiny(3, 2, path="mesh", quantile=0.2)
+    grid = grids((6, 5), count=1)[0]
+    cloud = from_points(grid.pos, x=grid.x)
+    assert not model.uses_grid_path(grid)
+    torch.testing.assert_close(model(grid), model(cloud))
+    auto = tiny(3, 2, coarse_shape=3)
+    assert auto.uses_grid_path(grid) and not auto.uses_grid_path(cloud)
+    assert auto(cloud).shape == auto(grid).shape == (30, 1)
+
+
+def test_mesh_path_on_a_batch_of_clouds_with_latent_and_query_meshes():
+    model = tiny(3, 2, k=4)
+    g = torch.Generator().manual_seed(3)
+    data = []
+    for n in (25, 40):
+        d = from_points(torch.rand(n, 2, generator=g), x=torch.randn(n, 1, generator=g))
+        add_latent_mesh(d, 10)
+        set_query_points(d, torch.rand(n // 5, 2, generator=g))
+        data.append(d)
+    batch = next(iter(make_loader(data, batch_size=2)))
+    out = model(batch)
+    assert out.shape == (5 + 8, 1)
+    torch.testing.assert_close(out[5:], model(data[1]), rtol=1e-4, atol=1e-5)
+
+
+def test_config_rebuilds_the_model():
+    model = tiny(3, 2, coarse_shape=5, attention="fourier")
+    clone = GalerkinTransformer(**model.config)
+    clone.load_state_dict(model.state_dict())
+    data = grids((8, 8), count=1)[0]
+    torch.testing.assert_close(clone.eval()(data), model(data))
+
+
+def test_bad_arguments_raise_config_errors():
+    with pytest.raises(ConfigError, match="decoder"):
+        GalerkinTransformer(2, 1, 1, decoder="cnn")
+    with pytest.raises(ConfigError, match="attention"):
+        GalerkinTransformer(2, 1, 1, attention="performer")
+    model = tiny(2, 1)
+    with pytest.raises(ConfigError, match="in_channels=3"):
+        model(uniform_grid((8,), x=torch.randn(8, 2)))
+
+
+def fit(model, data, steps, lr):
+    batch = next(iter(make_loader(data, batch_size=len(data))))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    first = None
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = relative_l2(model(batch), batch.y, batch.batch, len(data))
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    model.eval()
+    with torch.no_grad():
+        return first, relative_l2(model(batch), batch.y, batch.batch, len(data)).item()
+
+
+def smoothing_pairs(shape, count, seed):
+    """Input a random field, target its smoothed (local average) version plus the mean."""
+    g = torch.Generator().manual_seed(seed)
+    data = []
+    for _ in range(count):
+        u = torch.randn(shape, generator=g)
+        v = u
+        for axis in range(len(shape)):
+            v = (v + v.roll(1, axis) + v.roll(-1, axis)) / 3
+        data.append(uniform_grid(shape, x=u.reshape(-1), y=(v + u.mean()).reshape(-1)))
+    return data
+
+
+@pytest.mark.parametrize(
+    ("shape", "kwargs"),
+    [
+        ((24,), dict(path="grid")),
+        ((10, 10), dict(path="grid", coarse_shape=5)),
+        ((10, 10), dict(path="mesh", quantile=0.05)),
+    ],
+)
+def test_tiny_end_to_end_fit_reduces_the_relative_error(shape, kwargs):
+    data = smoothing_pairs(shape, count=4, seed=1)
+    model = tiny(node_features(data[0]).shape[1], len(shape), **kwargs)
+    first, last = fit(model, data, steps=60, lr=1e-2)
+    assert last < 0.5 * first
