@@ -10,15 +10,17 @@ import warnings
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=r".*torch[-_]cluster.*", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=r".*torch[-_]cluster.*", category=UserWarning)
-    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*", category=DeprecationWarning)
+    warnings.filterwarnings(
+        "ignore", message=r".*torch\.jit\.script.*", category=DeprecationWarning
+    )
     warnings.filterwarnings("ignore", message=r".*An issue occurred while importing.*")
     import torch_geometric  # noqa: F401
-    from torch_geometric.data import Batch, Data  # noqa: F401
-    from torch_geometric.loader import DataLoader  # noqa: F401
-    from torch_geometric.utils import scatter, softmax, to_dense_batch  # noqa: F401
+    from torch_geometric.data import Batch, Data
+    from torch_geometric.loader import DataLoader
+    from torch_geometric.utils import scatter, softmax, to_dense_batch
 
     try:
-        import torch_cluster  # noqa: F401
+        import torch_cluster
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError(
             "meshop needs torch-cluster, which is built from source: run `make install` "

@@ -13,7 +13,9 @@ FOLLOW_BATCH = ["latent_pos", "query_pos"]
 
 def make_loader(dataset, batch_size: int = 8, shuffle: bool = False, **kwargs) -> DataLoader:
     """A PyG ``DataLoader`` that gives ``latent_pos`` and ``query_pos`` their batch vectors."""
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, follow_batch=FOLLOW_BATCH, **kwargs)
+    return DataLoader(
+        dataset, batch_size=batch_size, shuffle=shuffle, follow_batch=FOLLOW_BATCH, **kwargs
+    )
 
 
 def _vector(data: Data, key: str, n: int, device) -> torch.Tensor:
@@ -75,6 +77,8 @@ def grid_shape_of(data: Data) -> tuple[int, ...]:
     if isinstance(shape, list):  # a batch: one tuple per sample
         shapes = {tuple(s) for s in shape}
         if len(shapes) != 1:
-            raise MeshError(f"a batch mixes grid shapes {sorted(shapes)}; batch one resolution at a time")
+            raise MeshError(
+                f"a batch mixes grid shapes {sorted(shapes)}; batch one resolution at a time"
+            )
         shape = shapes.pop()
     return tuple(int(s) for s in shape)

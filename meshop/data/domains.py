@@ -77,7 +77,8 @@ def from_points(
 def grid_points(shape: Sequence[int], bounds: Sequence[tuple[float, float]] | None = None):
     """Node coordinates [prod(shape), len(shape)] of a uniform grid, first axis slowest.
 
-    This is C order (``indexing="ij"``): node ``(i, j)`` of a 2D grid is row ``i * W + j``, so a field
+    This is C order (``indexing="ij"``): node ``(i, j)`` of a 2D grid is row ``i * W + j``, so a
+    field
     ``x`` [H * W, C] of one sample is ``x.view(H, W, C)`` and a batch ``x.view(B, H, W, C)``.
     Endpoints are included (``linspace``), as in the FNO and Galerkin Transformer data.
     """
@@ -102,7 +103,8 @@ def uniform_grid(
     """A uniform-grid domain (``grid_shape`` set) on ``bounds`` (default the unit box).
 
     Node order is documented in :func:`grid_points`. Fields may be given as [N, C], [N] or on the
-    grid itself ([*shape] or [*shape, C]). Every node has weight ``|box| / N``: exactly the ``1/n`` of
+    grid itself ([*shape] or [*shape, C]). Every node has weight ``|box| / N``: exactly the
+    ``1/n`` of
     the Galerkin Transformer on the unit box.
     """
     pos = grid_points(shape, bounds)

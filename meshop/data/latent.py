@@ -17,22 +17,28 @@ def farthest_point_sampling(
 ) -> torch.Tensor:
     """Indices of ``num_points`` nodes per sample chosen by farthest point sampling (torch-cluster).
 
-    The first node of each sample is random; with ``seed`` set the choice is deterministic (the
-    global RNG is left untouched). Samples with fewer nodes keep all of them.
+    The first node of each sample is drawn from a ``torch.Generator`` seeded with ``seed`` (fresh
+    entropy when None), so the result is deterministic when seeded and the global RNG is untouched.
+    Samples with fewer nodes keep all of them. Nodes of a sample must be contiguous (as in a batch).
     """
     if num_points < 1:
         raise ConfigError(f"num_points must be positive, got {num_points}")
     if batch is None:
         batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
     counts = torch.bincount(batch)
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    generator = torch.Generator()
+    generator.manual_seed(seed) if seed is not None else generator.seed()
+    start = (torch.rand(len(counts), generator=generator) * counts.cpu()).long().to(pos.device)
+    # torch-cluster's own random start uses C rand(): start deterministically instead by swapping
+    # each sample's chosen first node to the front and asking for a non-random start
+    perm = torch.arange(len(pos), device=pos.device)
+    perm[ptr[:-1]], perm[ptr[:-1] + start] = ptr[:-1] + start, ptr[:-1]
     # fps keeps ceil(ratio * n) nodes; (m - 0.5) / n makes that exactly m without rounding trouble
     ratio = (counts.clamp(max=num_points).to(torch.float64) - 0.5) / counts.to(torch.float64)
     ratio = ratio.clamp(min=1e-12, max=1.0).to(pos.dtype)
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(seed)
-        index = torch_cluster.fps(pos, batch, ratio=ratio, random_start=True)
-    return index
+    index = torch_cluster.fps(pos[perm], batch, ratio=ratio, random_start=False)
+    return perm[index]
 
 
 def add_latent_mesh(
@@ -63,7 +69,7 @@ def add_latent_mesh(
 
 
 def set_query_points(data: Data, query_pos, y=None) -> Data:
-    """Set ``data.query_pos`` (any points, inside the domain or not) and, optionally, targets there."""
+    """Set ``data.query_pos`` (any points, in the domain or not) and optionally targets there."""
     query_pos = torch.as_tensor(query_pos, dtype=torch.float32)
     if query_pos.ndim == 1:
         query_pos = query_pos[:, None]

@@ -4,7 +4,8 @@ A domain carries (see docs/domains.md):
 
 - ``pos`` [N, dim] float32 node coordinates (a 3D file whose z column is all zero gives dim = 2);
 - ``x`` [N, C_in] / ``y`` [N, C_out]: the selected point fields, stacked in the order asked for;
-- ``weight`` [N]: lumped-mass quadrature weights of the top-dimensional cells (``1/N`` without cells);
+- ``weight`` [N]: lumped-mass quadrature weights of the top-dimensional cells (``1/N`` without
+  cells);
 - ``face`` [3, F]: triangles; every other cell block as ``cell_index_<type>`` [nodes per cell, M]
   (both are shifted by the node offset when PyG batches samples);
 - ``params`` [1, P]: optional constant per-sample parameters;
@@ -23,8 +24,13 @@ import numpy as np
 import torch
 
 from meshop._pyg import Data
+from meshop.data.weights import (
+    cell_dimension,
+    cell_measures,
+    lumped_mass_weights,
+    top_dimensional_cells,
+)
 from meshop.errors import FieldError, FileExistsMeshopError, MeshError, MeshReadError
-from meshop.data.weights import cell_measures, lumped_mass_weights, top_dimensional_cells
 
 CELL_PREFIX = "cell_index_"
 _FieldNames = str | Sequence[str] | None
@@ -45,7 +51,9 @@ def _check_finite(array: np.ndarray, what: str, source: str) -> None:
         )
 
 
-def _as_columns(values: np.ndarray, n: int, name: str, source: str) -> np.ndarray:
+def _as_columns(
+    values: np.ndarray, n: int, name: str, source: str, trim_z: bool = False
+) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     if values.shape[:1] != (n,):
         raise FieldError(
@@ -53,6 +61,8 @@ def _as_columns(values: np.ndarray, n: int, name: str, source: str) -> np.ndarra
         )
     values = values.reshape(n, -1)
     _check_finite(values, f"field '{name}'", source)
+    if trim_z and values.shape[1] == 3 and np.all(values[:, 2] == 0.0):
+        values = values[:, :2]  # a 2D vector stored as 3D, like the points
     return values
 
 
@@ -74,7 +84,9 @@ def _cell_data_to_nodes(
             np.add.at(total, block.data[:, corner], values * share[:, None])
             np.add.at(mass, block.data[:, corner], share)
     if total is None:
-        raise FieldError(f"{source}: cell field '{name}' has no values on the top-dimensional cells")
+        raise FieldError(
+            f"{source}: cell field '{name}' has no values on the top-dimensional cells"
+        )
     return total / np.maximum(mass, np.finfo(float).tiny)[:, None]
 
 
@@ -86,16 +98,21 @@ def _field_columns(
     columns = []
     for name in names:
         if name in mesh.point_data:
-            columns.append(_as_columns(mesh.point_data[name], len(points), name, source))
+            columns.append(
+                _as_columns(mesh.point_data[name], len(points), name, source, points.shape[1] == 2)
+            )
         elif cell_data_to_nodes and name in mesh.cell_data:
             columns.append(_cell_data_to_nodes(points, mesh, name, source))
         else:
             hint = ""
             if name in mesh.cell_data and not cell_data_to_nodes:
-                hint = f" ('{name}' is cell data: pass cell_data_to_nodes=True to average it to nodes)"
+                hint = (
+                    f" ('{name}' is cell data: pass cell_data_to_nodes=True to average it to nodes)"
+                )
             raise FieldError(
                 f"{source}: mesh has no point field '{name}'{hint}; "
-                f"it has point fields {sorted(mesh.point_data)} and cell fields {sorted(mesh.cell_data)}"
+                f"it has point fields {sorted(mesh.point_data)} "
+                f"and cell fields {sorted(mesh.cell_data)}"
             )
     return np.concatenate(columns, axis=1)
 
@@ -116,7 +133,8 @@ def from_meshio(
         mesh: the mesh, e.g. from ``meshio.read`` or built from solver arrays.
         inputs: point-data field name(s) stacked into ``x``.
         targets: point-data field name(s) stacked into ``y``.
-        cell_data_to_nodes: also accept cell-data fields, averaged to nodes (weighted by cell measure).
+        cell_data_to_nodes: also accept cell-data fields, averaged to nodes (weighted by cell
+            measure).
         params: constant per-sample parameters, stored as ``params`` [1, P].
         drop_zero_z: store 3D points whose last coordinate is all zero as 2D.
         source: name used in error messages.
@@ -179,7 +197,7 @@ def read_mesh(
         raise MeshReadError(f"mesh file '{path}' does not exist (working directory: {Path.cwd()})")
     try:
         mesh = meshio.read(path, file_format=file_format)
-    except Exception as exc:  # meshio raises many types: ReadError, KeyError, ValueError, ...
+    except (Exception, SystemExit) as exc:  # meshio raises many types, even SystemExit
         raise MeshReadError(
             f"cannot read mesh file '{path}': {type(exc).__name__}: {exc}. meshio reads e.g. "
             ".msh, .vtu, .vtk, .xdmf, .inp, .med, .obj, .ply, .stl; pass file_format=... "
@@ -207,7 +225,9 @@ def mesh_cells(data: Data) -> list[tuple[str, np.ndarray]]:
     return cells
 
 
-def to_meshio(data: Data, fields: Mapping[str, torch.Tensor | np.ndarray] | None = None) -> meshio.Mesh:
+def to_meshio(
+    data: Data, fields: Mapping[str, torch.Tensor | np.ndarray] | None = None
+) -> meshio.Mesh:
     """A ``meshio.Mesh`` of a domain with the given node fields as point data.
 
     Points are written in 3D (2D meshes get z = 0, which ``read_mesh`` drops again). A domain with
@@ -226,8 +246,29 @@ def to_meshio(data: Data, fields: Mapping[str, torch.Tensor | np.ndarray] | None
             raise FieldError(
                 f"field '{name}' has shape {tuple(values.shape)}, expected one row per node ({n})"
             )
-        point_data[name] = values.reshape(n, -1) if values.ndim > 1 else values
+        values = values.reshape(n, -1) if values.ndim > 1 else values
+        if np.issubdtype(values.dtype, np.floating):
+            values = values.astype(np.float64)  # exact for float32; some writers need float64
+        if pos.shape[1] == 2 and values.ndim == 2 and values.shape[1] == 2:
+            values = np.c_[values, np.zeros(n)]  # 2D vectors as 3D, as ParaView expects
+        point_data[name] = values
     return meshio.Mesh(points, cells, point_data=point_data)
+
+
+def _gmsh_entities(mesh: meshio.Mesh) -> None:
+    """Give every cell block its own gmsh entity (dimension, block number), as gmsh 4.1 needs."""
+    dims = [cell_dimension(b.type) or 0 for b in mesh.cells]
+    node_entity = np.full(len(mesh.points), -1)
+    for i in sorted(range(len(mesh.cells)), key=lambda i: dims[i]):
+        nodes = np.unique(mesh.cells[i].data)
+        free = nodes[node_entity[nodes] < 0]
+        node_entity[free] = i
+    top = int(np.argmax(dims))
+    node_entity[node_entity < 0] = top
+    mesh.point_data["gmsh:dim_tags"] = np.c_[np.asarray(dims)[node_entity], node_entity + 1]
+    tags = [np.full(len(b.data), i + 1) for i, b in enumerate(mesh.cells)]
+    mesh.cell_data["gmsh:geometrical"] = tags
+    mesh.cell_data["gmsh:physical"] = [t.copy() for t in tags]
 
 
 def write_mesh(
@@ -263,12 +304,23 @@ def write_mesh(
     if not path.parent.is_dir():
         raise MeshReadError(f"cannot write '{path}': directory '{path.parent}' does not exist")
     mesh = to_meshio(data, fields)
-    is_xdmf = (file_format or path.suffix.lstrip(".")).lower() in {"xdmf", "xmf"}
+    fmt = (file_format or path.suffix.lstrip(".")).lower()
+    if fmt in {"msh", "gmsh", "gmsh22"}:
+        _gmsh_entities(mesh)
+        for name, values in list(mesh.point_data.items()):
+            if name.startswith("gmsh:"):
+                continue
+            if values.ndim == 2 and values.shape[1] not in (1, 3, 9):
+                raise FieldError(
+                    f"gmsh stores fields with 1, 3 or 9 components; '{name}' has "
+                    f"{values.shape[1]}: write it as separate fields or use .vtu"
+                )
+            # meshio's ASCII gmsh writer formats numpy scalars with repr(): give it Python floats
+            mesh.point_data[name] = values.astype(object)
+    is_xdmf = fmt in {"xdmf", "xmf"}
     if is_xdmf:
         kwargs.setdefault("data_format", "XML")
-    if file_format and file_format.startswith("gmsh"):
-        kwargs.setdefault("binary", False)
-    if path.suffix == ".msh" and file_format is None:
+    if fmt in {"msh", "gmsh", "gmsh22"}:
         kwargs.setdefault("binary", False)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)

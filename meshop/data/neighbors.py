@@ -24,7 +24,7 @@ def _batches(pos_src, pos_dst, batch_src, batch_dst):
 
 
 def squared_distance(pos_src, pos_dst, edge_index) -> torch.Tensor:
-    """|pos_dst[i] - pos_src[j]|^2 for each edge (i, j), computed the way a dense matrix would be."""
+    """|pos_dst[i] - pos_src[j]|^2 for each edge (i, j), computed as a dense matrix would be."""
     return (pos_dst[edge_index[0]] - pos_src[edge_index[1]]).pow(2).sum(-1)
 
 
@@ -82,12 +82,17 @@ def quantile_index(pos_src, pos_dst, q: float, batch_src=None, batch_dst=None) -
         order = torch.argsort(dist, stable=True)
         order = order[torch.argsort(index[0][order], stable=True)]
         sorted_d, _ = to_dense_batch(
-            dist[order], index[0][order], fill_value=math.inf, max_num_nodes=k,
+            dist[order],
+            index[0][order],
+            fill_value=math.inf,
+            max_num_nodes=k,
             batch_size=len(pos_dst),
         )
         b = batch_dst
         lo = sorted_d.gather(1, below[b].clamp(max=k - 1)[:, None])[:, 0]
-        hi = sorted_d.gather(1, (below[b] + 1).clamp(max=count[b] - 1).clamp(max=k - 1)[:, None])[:, 0]
+        hi = sorted_d.gather(1, (below[b] + 1).clamp(max=count[b] - 1).clamp(max=k - 1)[:, None])[
+            :, 0
+        ]
         threshold = torch.lerp(lo, hi, frac[b])
         complete = (k >= count[b]) | (sorted_d[:, -1] > threshold * (1 + 1e-5) + 1e-30)
         if bool(complete.all()) or k >= int(count.max()):
@@ -108,7 +113,9 @@ def neighbor_index(
     max_num_neighbors: int = 1024,
 ) -> torch.Tensor:
     """One entry point for the three receptive fields: give exactly one of quantile, k, radius."""
-    given = [name for name, v in (("quantile", quantile), ("k", k), ("radius", radius)) if v is not None]
+    given = [
+        name for name, v in (("quantile", quantile), ("k", k), ("radius", radius)) if v is not None
+    ]
     if len(given) != 1:
         raise ConfigError(
             f"give exactly one of quantile=, k=, radius= for a local receptive field (got {given})"

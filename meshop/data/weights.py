@@ -30,7 +30,14 @@ CELL_FAMILIES: dict[str, tuple[int, int]] = {
 # simplex decompositions (corner indices, VTK ordering) used to measure non-simplex cells
 _SPLITS: dict[str, list[tuple[int, ...]]] = {
     "quad": [(0, 1, 2), (0, 2, 3)],
-    "hexahedron": [(0, 1, 2, 6), (0, 2, 3, 6), (0, 3, 7, 6), (0, 7, 4, 6), (0, 4, 5, 6), (0, 5, 1, 6)],
+    "hexahedron": [
+        (0, 1, 2, 6),
+        (0, 2, 3, 6),
+        (0, 3, 7, 6),
+        (0, 7, 4, 6),
+        (0, 4, 5, 6),
+        (0, 5, 1, 6),
+    ],
     "wedge": [(0, 1, 2, 3), (1, 2, 3, 4), (2, 3, 4, 5)],
     "pyramid": [(0, 1, 2, 4), (0, 2, 3, 4)],
 }
@@ -121,5 +128,7 @@ def lumped_mass_weights(
                 f"(first: cell {int(bad[0])} with nodes {conn[bad[0]].tolist()}); "
                 "remove or repair them in the mesh generator"
             )
-        np.add.at(weights, conn, np.repeat(measures / conn.shape[1], conn.shape[1]).reshape(conn.shape))
+        np.add.at(
+            weights, conn, np.repeat(measures / conn.shape[1], conn.shape[1]).reshape(conn.shape)
+        )
     return weights

@@ -96,12 +96,21 @@ class GeneratedDataset(InMemoryDataset):
         raise NotImplementedError
 
     def process(self) -> None:
-        ranges = {"train": range(self.num_train), "test": range(self.num_train, self.num_train + self.num_test)}
+        ranges = {
+            "train": range(self.num_train),
+            "test": range(self.num_train, self.num_train + self.num_test),
+        }
         with open(os.path.join(self.processed_dir, "config.json"), "w") as f:
-            json.dump({"n": [self.num_train, self.num_test], "seed": self.seed, **self.config}, f, default=str)
+            json.dump(
+                {"n": [self.num_train, self.num_test], "seed": self.seed, **self.config},
+                f,
+                default=str,
+            )
         for split, path in zip(SPLITS, self.processed_paths):
             samples = []
-            for i in tqdm(ranges[split], desc=f"{self.name} {split}", disable=not self.progress or None):
+            for i in tqdm(
+                ranges[split], desc=f"{self.name} {split}", disable=not self.progress or None
+            ):
                 sample = self.generate(i, np.random.default_rng([self.seed, i]))
                 sample.index = torch.tensor([i])
                 samples.append(sample)
