@@ -130,7 +130,9 @@ class HeadAttention(nn.Module):
         for lin in (self.lin_q, self.lin_k, self.lin_v):
             nn.init.xavier_uniform_(lin.weight, gain=self.eta)
             with torch.no_grad():
-                lin.weight += self.delta * torch.eye(self.channels)
+                lin.weight += self.delta * torch.eye(
+                    self.channels, dtype=lin.weight.dtype, device=lin.weight.device
+                )
             nn.init.zeros_(lin.bias)
         for norm in self.norms.values():
             norm.reset_parameters()
