@@ -131,3 +131,18 @@ def test_normaliser_fits_train_data_and_round_trips_through_state_dict():
     assert bool(fresh.fitted) and torch.equal(fresh.mean, norm.mean)
     with pytest.raises(ConfigError, match="2 channels"):
         GaussianNormalizer(2).fit(torch.zeros(3, 3))
+
+
+def test_query_features_take_inputs_of_the_nearest_node_of_the_same_sample():
+    from meshop.data import query_features
+
+    a = from_points(torch.tensor([[0.0, 0.0], [1.0, 0.0]]), x=torch.tensor([1.0, 2.0]), params=[5])
+    b = from_points(torch.tensor([[0.0, 0.0], [1.0, 1.0]]), x=torch.tensor([3.0, 4.0]), params=[6])
+    set_query_points(a, torch.tensor([[0.9, 0.1]]))
+    set_query_points(b, torch.tensor([[0.1, 0.0], [0.8, 0.9]]))
+    batch = next(iter(make_loader([a, b], batch_size=2)))
+    feats = query_features(batch)
+    expected = [[2.0, 0.9, 0.1, 5.0], [3.0, 0.1, 0.0, 6.0], [4.0, 0.8, 0.9, 6.0]]
+    assert feats.tolist() == pytest.approx(expected)
+    plain = from_points(torch.rand(4, 2), x=torch.rand(4, 1))
+    assert torch.equal(query_features(plain), node_features(plain))

@@ -9,6 +9,7 @@ from meshop.data.batching import (
     node_batch,
     node_features,
     num_samples,
+    query_features,
     query_nodes,
 )
 from meshop.data.domains import from_points, grid_points, uniform_grid
@@ -50,6 +51,7 @@ __all__ = [
     "node_features",
     "num_samples",
     "quantile_index",
+    "query_features",
     "query_nodes",
     "radius_index",
     "read_mesh",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from meshop._pyg import Data, DataLoader
+from meshop.data.neighbors import knn_index
 from meshop.errors import MeshError
 
 #: node sets besides ``pos`` that get their own batch vector in a DataLoader batch
@@ -58,6 +59,23 @@ def node_features(data: Data, use_pos: bool = True) -> torch.Tensor:
         parts.append(data.params[node_batch(data)])
     if not parts:
         raise MeshError("the domain has neither input fields x nor coordinates to use as input")
+    return torch.cat(parts, dim=-1)
+
+
+def query_features(data: Data) -> torch.Tensor:
+    """Model input at the query points, laid out as :func:`node_features`: ``[x, query_pos,
+    params]``, where ``x`` at a query point is taken from the nearest node of the same sample (the
+    query points themselves when no query points were set)."""
+    if getattr(data, "query_pos", None) is None:
+        return node_features(data)
+    query_pos, query_batch = query_nodes(data)
+    parts = []
+    if getattr(data, "x", None) is not None:
+        nearest = knn_index(data.pos, query_pos, 1, node_batch(data), query_batch)
+        parts.append(data.x[nearest[1]])
+    parts.append(query_pos)
+    if getattr(data, "params", None) is not None:
+        parts.append(data.params[query_batch])
     return torch.cat(parts, dim=-1)
 
 

@@ -7,8 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from meshop._pyg import Data
-from meshop.data.batching import node_batch, node_features, query_nodes
-from meshop.data.neighbors import knn_index
+from meshop.data.batching import node_batch, node_features, query_features, query_nodes
 from meshop.errors import ConfigError
 from meshop.nn.galerkin_attention import FourierAttention, GalerkinAttention, default_weight
 from meshop.nn.linear_attention import LinearAttention
@@ -291,25 +290,10 @@ class ONO(nn.Module):
         )
 
 
-def query_features(data: Data) -> Tensor:
-    """Node features ``[a, y, theta]`` at the query points: the input fields ``a`` of the nearest
-    mesh node of the same sample, the query coordinates ``y``, the sample's parameters ``theta``
-    ([N_q, in_channels])."""
-    query_pos, query_batch = query_nodes(data)
-    parts = []
-    if getattr(data, "x", None) is not None:
-        nearest = knn_index(data.pos, query_pos, 1, node_batch(data), query_batch)
-        parts.append(data.x[nearest[1]])
-    parts.append(query_pos)
-    if getattr(data, "params", None) is not None:
-        parts.append(data.params[query_batch])
-    return torch.cat(parts, dim=-1)
-
-
 def _trunc_normal(mlp: MLP) -> None:
     for lin in mlp.lins:
         nn.init.trunc_normal_(lin.weight, std=0.02)
         nn.init.zeros_(lin.bias)
 
 
-__all__ = ["FEATURE_ATTENTIONS", "ONO", "FeatureBlock", "SolutionBlock", "query_features"]
+__all__ = ["FEATURE_ATTENTIONS", "ONO", "FeatureBlock", "SolutionBlock"]
