@@ -201,3 +201,18 @@ def test_tiny_end_to_end_fit_reduces_the_relative_error(shape, kwargs):
     model = tiny(node_features(data[0]).shape[1], len(shape), **kwargs)
     first, last = fit(model, data, steps=60, lr=1e-2)
     assert last < 0.5 * first
+
+
+def test_reset_parameters_restores_the_diagonal_initialization():
+    model = tiny(3, 2, coarse_shape=5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    model.reset_parameters()
+    d = model.config["channels"]
+    bound = 1e-2 * math.sqrt(6 / (2 * d))
+    for layer in model.encoder:
+        for lin in (layer.attn.lin_q, layer.attn.lin_k, layer.attn.lin_v):
+            assert (lin.weight - 1e-2 * torch.eye(d)).abs().max() <= bound
+            assert torch.all(lin.bias == 0)
+    assert torch.all(model.encoder[0].attn.norms["k"].weight == 1)

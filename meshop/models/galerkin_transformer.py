@@ -290,8 +290,11 @@ class GalerkinTransformer(nn.Module):
         return cls(in_channels, out_channels, **{**preset, **kwargs})
 
     def reset_parameters(self) -> None:
-        for module in self.modules():
-            if module is not self and hasattr(module, "reset_parameters"):
+        for layer in self.encoder:
+            layer.reset_parameters()
+        for name in ("lift", "down", "up", "regressor", "head", "cross_down", "cross_up"):
+            module = getattr(self, name, None)
+            if module is not None:
                 module.reset_parameters()
 
     def uses_grid_path(self, data: Data) -> bool:
