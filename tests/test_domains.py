@@ -143,6 +143,6 @@ def test_query_features_take_inputs_of_the_nearest_node_of_the_same_sample():
     batch = next(iter(make_loader([a, b], batch_size=2)))
     feats = query_features(batch)
     expected = [[2.0, 0.9, 0.1, 5.0], [3.0, 0.1, 0.0, 6.0], [4.0, 0.8, 0.9, 6.0]]
-    assert feats.tolist() == pytest.approx(expected)
+    assert torch.allclose(feats, torch.tensor(expected))
     plain = from_points(torch.rand(4, 2), x=torch.rand(4, 1))
     assert torch.equal(query_features(plain), node_features(plain))
