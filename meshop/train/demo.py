@@ -89,11 +89,14 @@ def run_demo(
     epochs: int | None = None,
     progress: bool = True,
     log=print,
+    settings: DemoSettings | None = None,
 ) -> dict[str, Any]:
-    """Run the demo (see the module docstring); returns the summary it writes."""
+    """Run the demo (see the module docstring); returns the summary it writes.
+
+    ``settings`` replaces the sizes of the full demo (``quick`` picks the tiny ones)."""
     from meshop.datasets.elasticity import Elasticity
 
-    s = QUICK if quick else DemoSettings()
+    s = settings or (QUICK if quick else DemoSettings())
     epochs = epochs or s.epochs
     out = Path(out)
     start = time.perf_counter()

@@ -36,7 +36,8 @@ def predict(model: torch.nn.Module, ckpt: dict[str, Any], data: Data) -> torch.T
 
 
 def read_points(path: str | os.PathLike, pos_dim: int) -> np.ndarray:
-    """Query points from a CSV file (one point per row, optional header line) or any mesh file."""
+    """Query points from a CSV file (one point per row, optional header line; a last column of
+    zeros is dropped for 2D models) or from the nodes of any mesh file."""
     path = Path(path)
     if not path.is_file():
         raise MeshReadError(f"query file '{path}' does not exist (working directory: {Path.cwd()})")
@@ -45,7 +46,8 @@ def read_points(path: str | os.PathLike, pos_dim: int) -> np.ndarray:
             points = np.loadtxt(path, delimiter=",", ndmin=2)
         except ValueError:
             points = np.loadtxt(path, delimiter=",", ndmin=2, skiprows=1)
-        points = points[:, :pos_dim] if points.shape[1] > pos_dim else points
+        if points.shape[1] == pos_dim + 1 and np.all(points[:, -1] == 0.0):
+            points = points[:, :pos_dim]  # 2D points written with z = 0
     else:
         points = read_mesh(path).pos.numpy()
     if points.shape[1] != pos_dim:

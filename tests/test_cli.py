@@ -1,0 +1,188 @@
+"""The ``meshop`` command: the train -> evaluate -> predict -> plot journey, the demo, and errors
+that are one line with exit status 2."""
+
+import json
+
+import meshio
+import numpy as np
+import pytest
+import torch
+
+from meshop.cli import main
+from meshop.data import from_points, read_mesh, write_mesh
+from meshop.train import checkpoint
+
+
+def square_mesh(n: int = 6, shift: float = 0.0):
+    """A triangulated unit square (optionally shifted) as a domain without fields."""
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    pos = np.stack([i.ravel(), j.ravel()], 1) / (n - 1) + shift
+    corner = (i[:-1, :-1] * n + j[:-1, :-1]).ravel()
+    faces = np.concatenate(
+        [
+            np.stack([corner, corner + n, corner + n + 1], 1),
+            np.stack([corner, corner + n + 1, corner + 1], 1),
+        ]
+    )
+    data = from_points(pos)
+    data.face = torch.as_tensor(faces.T.copy())
+    return data
+
+
+@pytest.fixture
+def mesh_folder(tmp_path):
+    """Ten .vtu files with an input field 'a' and a target 'u' = 2 a + x."""
+    folder = tmp_path / "meshes"
+    folder.mkdir()
+    for k in range(10):
+        data = square_mesh(5 + k % 3)
+        a = np.sin((1 + k) * data.pos[:, 1].numpy())
+        write_mesh(folder / f"case_{k}.vtu", data, {"a": a, "u": 2 * a + data.pos[:, 0].numpy()})
+    return folder
+
+
+def run_ok(argv, capsys):
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    return out
+
+
+def run_error(argv, capsys) -> str:
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert status == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("meshop: error: "), err
+    return lines[0]
+
+
+def train_folder(mesh_folder, out, capsys, *extra):
+    argv = ["train", "--dataset", "folder", "--data-dir", mesh_folder, "--model", "mlp"]
+    argv += ["--dataset-arg", 'inputs="a"', "--dataset-arg", 'targets=["u"]', "--epochs", 2]
+    argv += ["--batch-size", 4, "--model-arg", "hidden_channels=8", "--out", out, "--no-progress"]
+    return run_ok([*argv, *extra], capsys)
+
+
+def test_train_evaluate_predict_plot_journey_on_a_folder_of_meshes(mesh_folder, tmp_path, capsys):
+    run = tmp_path / "run"
+    metrics = json.loads(train_folder(mesh_folder, run, capsys).strip().splitlines()[-1])
+    assert metrics["epoch"] == 2 and metrics["test_rel_l2"] > 0
+    assert {"checkpoint.pt", "metrics.jsonl", "figures", "run.json"} <= {
+        p.name for p in run.iterdir()
+    }
+    assert (run / "figures" / "loss.png").stat().st_size > 0
+    assert (run / "figures" / "test_000.png").stat().st_size > 0
+
+    evaluated = json.loads(run_ok(["evaluate", "--checkpoint", run], capsys))
+    assert evaluated["test_rel_l2"] == pytest.approx(metrics["test_rel_l2"], rel=1e-5)
+    assert evaluated["samples"] == 2 and "test_rel_l2_median" in evaluated
+
+    # predictions at the nodes of a new mesh, written back as point data beside the input
+    new_mesh = square_mesh(7)
+    write_mesh(tmp_path / "new.vtu", new_mesh, {"a": np.cos(new_mesh.pos[:, 1].numpy())})
+    run_ok(["predict", "--checkpoint", run / "checkpoint.pt", "--mesh", tmp_path / "new.vtu",
+            "--out", tmp_path / "pred.vtu"], capsys)  # fmt: skip
+    written = meshio.read(tmp_path / "pred.vtu")
+    assert written.point_data["u"].shape == (49,) and "a" in written.point_data
+
+    # at arbitrary query points, some outside the training domain: CSV in, CSV out
+    points = np.array([[0.1, 0.2], [0.5, 0.5], [1.5, -0.3]])
+    np.savetxt(tmp_path / "points.csv", points, delimiter=",", header="x,y", comments="")
+    run_ok(["predict", "--checkpoint", run, "--mesh", tmp_path / "new.vtu", "--query",
+            tmp_path / "points.csv", "--out", tmp_path / "points_pred.csv"], capsys)  # fmt: skip
+    table = np.loadtxt(tmp_path / "points_pred.csv", delimiter=",", skiprows=1)
+    assert (tmp_path / "points_pred.csv").read_text().splitlines()[0] == "x,y,u"
+    assert table.shape == (3, 3) and np.allclose(table[:, :2], points)
+
+    # query points given as a mesh: predictions written on that mesh
+    write_mesh(tmp_path / "query.vtu", square_mesh(4, shift=0.25))
+    run_ok(["predict", "--checkpoint", run, "--mesh", tmp_path / "new.vtu", "--query",
+            tmp_path / "query.vtu", "--out", tmp_path / "query_pred.vtu"], capsys)  # fmt: skip
+    assert read_mesh(tmp_path / "query_pred.vtu", targets="u").y.shape == (16, 1)
+
+    run_ok(["plot", "--checkpoint", run, "--samples", 1, "--out", tmp_path / "figs"], capsys)
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["loss.png", "test_000.png"]
+
+
+def test_train_reads_a_toml_config_and_resumes(mesh_folder, tmp_path, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[run]\ndataset = "folder"\nmodel = "mlp"\ndata_dir = "{mesh_folder}"\n'
+        f'out = "{tmp_path / "run"}"\n[train]\nepochs = 1\nbatch_size = 4\nprogress = false\n'
+        '[model]\nhidden_channels = 8\n[dataset]\ninputs = ["a"]\ntargets = ["u"]\n'
+    )
+    run_ok(["train", "--config", config, "--no-figures"], capsys)
+    assert checkpoint.load(tmp_path / "run")["epoch"] == 1
+    run_ok(["train", "--config", config, "--epochs", 2, "--resume", "--no-figures"], capsys)
+    ckpt = checkpoint.load(tmp_path / "run")
+    assert ckpt["epoch"] == 2 and [r["epoch"] for r in ckpt["history"]] == [1, 2]
+
+
+def test_demo_quick_writes_checkpoints_meshes_figures_and_new_point_predictions(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    out = run_ok(["demo", "--quick", "--out", tmp_path / "demo", "--no-progress"], capsys)
+    assert "pit" in out and "mlp" in out and "test rel. L2" in out
+    demo = tmp_path / "demo"
+    summary = json.loads((demo / "summary.json").read_text())
+    assert set(summary["results"]) == {"pit", "mlp"}
+    for name in ("pit", "mlp"):
+        assert checkpoint.load(demo / name)["model_name"] == name
+    sample = meshio.read(demo / "test_samples" / "sample_000.vtu")
+    assert {"von_mises", "pit_prediction", "pit_error", "mlp_prediction"} <= set(sample.point_data)
+    assert (demo / "figures" / "test_000_pit.png").is_file()
+    assert (demo / "figures" / "loss_pit.png").is_file()
+    table = np.loadtxt(demo / "new_points.csv", delimiter=",", skiprows=1)
+    assert table.shape[1] == 3 and np.isfinite(table).all()
+    mesh_nodes = {tuple(p) for p in np.round(sample.points[:, :2], 6)}
+    assert not any(tuple(p) in mesh_nodes for p in np.round(table[:, :2], 6))
+
+
+def test_bad_arguments_and_unknown_names_are_one_line_errors(tmp_path, capsys):
+    assert "did you mean 'elasticity'" in run_error(
+        ["train", "--dataset", "elastisity", "--model", "pit"], capsys
+    )
+    assert "unknown model 'pt'" in run_error(
+        ["train", "--dataset", "elasticity", "--model", "pt"], capsys
+    )
+    assert "--epochs" in run_error(["train", "--epochs", "ten"], capsys)
+    assert "schedule must be one of" in run_error(["train", "--dataset", "elasticity", "--model",
+                                                   "pit", "--schedule", "linear"], capsys)  # fmt: skip
+    assert "unrecognized arguments" in run_error(
+        ["evaluate", "--checkpoint", "x", "--bogus"], capsys
+    )
+    assert "does not exist" in run_error(["evaluate", "--checkpoint", tmp_path / "none.pt"], capsys)
+    assert "needs a folder" in run_error(["train", "--dataset", "folder", "--model", "mlp"], capsys)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train]\nepoch = 3\n")
+    assert "did you mean 'epochs'" in run_error(["train", "--config", bad], capsys)
+    assert "KEY=VALUE" in run_error(["train", "--model-arg", "width"], capsys)
+
+
+def test_incompatible_checkpoint_and_data_are_one_line_errors(mesh_folder, tmp_path, capsys):
+    run = tmp_path / "run"
+    train_folder(mesh_folder, run, capsys, "--no-figures")
+    plain = square_mesh(5)
+    write_mesh(tmp_path / "no_a.vtu", plain, {"b": np.zeros(25)})
+    line = run_error(["predict", "--checkpoint", run, "--mesh", tmp_path / "no_a.vtu", "--out",
+                      tmp_path / "p.vtu"], capsys)  # fmt: skip
+    assert "no point field 'a'" in line and "'b'" in line
+    np.savetxt(tmp_path / "q3.csv", np.ones((2, 3)), delimiter=",")
+    write_mesh(tmp_path / "ok.vtu", plain, {"a": np.zeros(25)})
+    line = run_error(["predict", "--checkpoint", run, "--mesh", tmp_path / "ok.vtu", "--query",
+                      tmp_path / "q3.csv", "--out", tmp_path / "p.csv"], capsys)  # fmt: skip
+    assert "3 coordinates" in line and "2D" in line
+    line = run_error(["predict", "--checkpoint", run, "--mesh", tmp_path / "ok.vtu", "--params",
+                      "1,2", "--out", tmp_path / "p.vtu"], capsys)  # fmt: skip
+    assert "without per-sample parameters" in line
+    write_mesh(tmp_path / "exists.vtu", plain)
+    line = run_error(["predict", "--checkpoint", run, "--mesh", tmp_path / "ok.vtu", "--out",
+                      tmp_path / "exists.vtu"], capsys)  # fmt: skip
+    assert "already exists" in line
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    with pytest.raises(Exception, match="does not exist"):
+        main(["evaluate", "--checkpoint", str(tmp_path / "none.pt"), "--debug"])
