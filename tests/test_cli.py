@@ -50,7 +50,7 @@ def run_ok(argv, capsys):
 
 def run_error(argv, capsys) -> str:
     status = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
+    err = capsys.readouterr().err
     assert status == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("meshop: error: "), err
@@ -81,24 +81,58 @@ def test_train_evaluate_predict_plot_journey_on_a_folder_of_meshes(mesh_folder, 
     # predictions at the nodes of a new mesh, written back as point data beside the input
     new_mesh = square_mesh(7)
     write_mesh(tmp_path / "new.vtu", new_mesh, {"a": np.cos(new_mesh.pos[:, 1].numpy())})
-    run_ok(["predict", "--checkpoint", run / "checkpoint.pt", "--mesh", tmp_path / "new.vtu",
-            "--out", tmp_path / "pred.vtu"], capsys)  # fmt: skip
+    run_ok(
+        [
+            "predict",
+            "--checkpoint",
+            run / "checkpoint.pt",
+            "--mesh",
+            tmp_path / "new.vtu",
+            "--out",
+            tmp_path / "pred.vtu",
+        ],
+        capsys,
+    )
     written = meshio.read(tmp_path / "pred.vtu")
     assert written.point_data["u"].shape == (49,) and "a" in written.point_data
 
     # at arbitrary query points, some outside the training domain: CSV in, CSV out
     points = np.array([[0.1, 0.2], [0.5, 0.5], [1.5, -0.3]])
     np.savetxt(tmp_path / "points.csv", points, delimiter=",", header="x,y", comments="")
-    run_ok(["predict", "--checkpoint", run, "--mesh", tmp_path / "new.vtu", "--query",
-            tmp_path / "points.csv", "--out", tmp_path / "points_pred.csv"], capsys)  # fmt: skip
+    run_ok(
+        [
+            "predict",
+            "--checkpoint",
+            run,
+            "--mesh",
+            tmp_path / "new.vtu",
+            "--query",
+            tmp_path / "points.csv",
+            "--out",
+            tmp_path / "points_pred.csv",
+        ],
+        capsys,
+    )
     table = np.loadtxt(tmp_path / "points_pred.csv", delimiter=",", skiprows=1)
     assert (tmp_path / "points_pred.csv").read_text().splitlines()[0] == "x,y,u"
     assert table.shape == (3, 3) and np.allclose(table[:, :2], points)
 
     # query points given as a mesh: predictions written on that mesh
     write_mesh(tmp_path / "query.vtu", square_mesh(4, shift=0.25))
-    run_ok(["predict", "--checkpoint", run, "--mesh", tmp_path / "new.vtu", "--query",
-            tmp_path / "query.vtu", "--out", tmp_path / "query_pred.vtu"], capsys)  # fmt: skip
+    run_ok(
+        [
+            "predict",
+            "--checkpoint",
+            run,
+            "--mesh",
+            tmp_path / "new.vtu",
+            "--query",
+            tmp_path / "query.vtu",
+            "--out",
+            tmp_path / "query_pred.vtu",
+        ],
+        capsys,
+    )
     assert read_mesh(tmp_path / "query_pred.vtu", targets="u").y.shape == (16, 1)
 
     run_ok(["plot", "--checkpoint", run, "--samples", 1, "--out", tmp_path / "figs"], capsys)
@@ -148,8 +182,9 @@ def test_bad_arguments_and_unknown_names_are_one_line_errors(tmp_path, capsys):
         ["train", "--dataset", "elasticity", "--model", "pt"], capsys
     )
     assert "--epochs" in run_error(["train", "--epochs", "ten"], capsys)
-    assert "schedule must be one of" in run_error(["train", "--dataset", "elasticity", "--model",
-                                                   "pit", "--schedule", "linear"], capsys)  # fmt: skip
+    assert "schedule must be one of" in run_error(
+        ["train", "--dataset", "elasticity", "--model", "pit", "--schedule", "linear"], capsys
+    )
     assert "unrecognized arguments" in run_error(
         ["evaluate", "--checkpoint", "x", "--bogus"], capsys
     )
@@ -166,20 +201,64 @@ def test_incompatible_checkpoint_and_data_are_one_line_errors(mesh_folder, tmp_p
     train_folder(mesh_folder, run, capsys, "--no-figures")
     plain = square_mesh(5)
     write_mesh(tmp_path / "no_a.vtu", plain, {"b": np.zeros(25)})
-    line = run_error(["predict", "--checkpoint", run, "--mesh", tmp_path / "no_a.vtu", "--out",
-                      tmp_path / "p.vtu"], capsys)  # fmt: skip
+    line = run_error(
+        [
+            "predict",
+            "--checkpoint",
+            run,
+            "--mesh",
+            tmp_path / "no_a.vtu",
+            "--out",
+            tmp_path / "p.vtu",
+        ],
+        capsys,
+    )
     assert "no point field 'a'" in line and "'b'" in line
     np.savetxt(tmp_path / "q3.csv", np.ones((2, 3)), delimiter=",")
     write_mesh(tmp_path / "ok.vtu", plain, {"a": np.zeros(25)})
-    line = run_error(["predict", "--checkpoint", run, "--mesh", tmp_path / "ok.vtu", "--query",
-                      tmp_path / "q3.csv", "--out", tmp_path / "p.csv"], capsys)  # fmt: skip
+    line = run_error(
+        [
+            "predict",
+            "--checkpoint",
+            run,
+            "--mesh",
+            tmp_path / "ok.vtu",
+            "--query",
+            tmp_path / "q3.csv",
+            "--out",
+            tmp_path / "p.csv",
+        ],
+        capsys,
+    )
     assert "3 coordinates" in line and "2D" in line
-    line = run_error(["predict", "--checkpoint", run, "--mesh", tmp_path / "ok.vtu", "--params",
-                      "1,2", "--out", tmp_path / "p.vtu"], capsys)  # fmt: skip
+    line = run_error(
+        [
+            "predict",
+            "--checkpoint",
+            run,
+            "--mesh",
+            tmp_path / "ok.vtu",
+            "--params",
+            "1,2",
+            "--out",
+            tmp_path / "p.vtu",
+        ],
+        capsys,
+    )
     assert "without per-sample parameters" in line
     write_mesh(tmp_path / "exists.vtu", plain)
-    line = run_error(["predict", "--checkpoint", run, "--mesh", tmp_path / "ok.vtu", "--out",
-                      tmp_path / "exists.vtu"], capsys)  # fmt: skip
+    line = run_error(
+        [
+            "predict",
+            "--checkpoint",
+            run,
+            "--mesh",
+            tmp_path / "ok.vtu",
+            "--out",
+            tmp_path / "exists.vtu",
+        ],
+        capsys,
+    )
     assert "already exists" in line
 
 
