@@ -165,7 +165,7 @@ class PositionAttention(nn.Module):
         heads: int = 2,
         lambda_param: str = "tan",
         periodic: float | Sequence[float | None] | None = None,
-        chunk_elements: int = 2**22,
+        chunk_elements: int = 2**20,
     ):
         super().__init__()
         if heads < 1 or out_channels % heads != 0:
@@ -239,12 +239,13 @@ class PositionAttention(nn.Module):
         """One sample, minimum-image distances, exact kernel in chunks of targets."""
         box = box_lengths(self.periodic, pos_src.shape[1], pos_src)
         chunk = max(1, self.chunk_elements // len(pos_src))
+        v = v.transpose(0, 1).contiguous()  # [H, N_src, C_h], once, not per chunk
         parts = []
         for start in range(0, len(pos_dst), chunk):
             delta = minimum_image(pos_dst[start : start + chunk, None] - pos_src[None], box)
             dist = delta.square().sum(-1)  # [c, N_src]
             attn = torch.softmax(-lam.view(-1, 1, 1) * dist, dim=-1)  # [H, c, N_src]
-            parts.append(torch.einsum("hcs,shd->chd", attn.to(v.dtype), v))
+            parts.append(torch.matmul(attn.to(v.dtype), v).transpose(0, 1))  # [c, H, C_h]
         return torch.cat(parts)
 
     def __repr__(self) -> str:
