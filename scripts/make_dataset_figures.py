@@ -19,13 +19,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import matplotlib.tri as mtri
+import numpy as np
 
-#: dataset class and constructor options of each figure
+#: dataset class of each figure, and the plot window (None: the whole domain)
 DATASETS = {
-    "elasticity": ("meshop.datasets:Elasticity", {}),
-    "airfoil": ("meshop.datasets:Airfoil", {}),
-    "darcy": ("meshop.datasets:Darcy", {}),
-    "burgers": ("meshop.datasets:Burgers", {}),
+    "elasticity": ("meshop.datasets.elasticity:Elasticity", None),
+    "airfoil": ("meshop.datasets.airfoil:Airfoil", ((-0.4, 1.4), (-0.5, 0.5))),
+    "darcy": ("meshop.datasets.darcy:Darcy", None),
+    "burgers": ("meshop.datasets.burgers:Burgers", None),
 }
 
 
@@ -45,7 +46,17 @@ def field_panels(data, dataset) -> list[tuple[str, object]]:
     return panels
 
 
-def draw(data, dataset, title: str, path: Path) -> None:
+def triangles(data):
+    """Triangles [F, 3] of a sample's triangles or quads (split in two), None without cells."""
+    if getattr(data, "face", None) is not None:
+        return data.face.t().numpy()
+    if getattr(data, "cell_index_quad", None) is not None:
+        quads = data.cell_index_quad.t().numpy()
+        return np.concatenate([quads[:, [0, 1, 2]], quads[:, [0, 2, 3]]])
+    return None
+
+
+def draw(data, dataset, title: str, path: Path, window=None) -> None:
     panels = field_panels(data, dataset)
     shape = getattr(data, "grid_shape", None)
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
@@ -60,14 +71,17 @@ def draw(data, dataset, title: str, path: Path) -> None:
                 art = ax.imshow(
                     values.reshape(shape).T, origin="lower", extent=(0, 1, 0, 1), cmap="viridis"
                 )
-            elif getattr(data, "face", None) is not None:
-                tri = mtri.Triangulation(pos[:, 0], pos[:, 1], data.face.t().numpy())
+            elif triangles(data) is not None:
+                tri = mtri.Triangulation(pos[:, 0], pos[:, 1], triangles(data))
                 art = ax.tripcolor(tri, values, shading="gouraud", cmap="viridis")
                 ax.triplot(tri, lw=0.1, color="k", alpha=0.3)
             else:
                 art = ax.scatter(pos[:, 0], pos[:, 1], c=values, s=3, cmap="viridis")
             fig.colorbar(art, ax=ax, shrink=0.8)
             ax.set_aspect("equal")
+            if window is not None:
+                ax.set_xlim(*window[0])
+                ax.set_ylim(*window[1])
         ax.set_title(name)
     fig.suptitle(title)
     fig.tight_layout()
@@ -86,16 +100,17 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp
-        for name, (target, options) in DATASETS.items():
+        for name, (target, window) in DATASETS.items():
             module_name, _, class_name = target.partition(":")
-            cls = getattr(importlib.import_module(module_name), class_name, None)
-            if cls is None:
-                print(f"skipped {name}: {target} is not available")
+            try:
+                cls = getattr(importlib.import_module(module_name), class_name)
+            except (ImportError, AttributeError) as exc:
+                print(f"skipped {name}: {target} is not available ({exc})")
                 continue
-            dataset = cls(root, num_train=1, num_test=1, progress=False, **options)
+            dataset = cls(root, num_train=1, num_test=1, progress=False)
             data = dataset[0]
             title = f"{class_name}: one training sample ({data.num_nodes} nodes)"
-            draw(data, dataset, title, out / f"{name}.png")
+            draw(data, dataset, title, out / f"{name}.png", window)
             print(f"wrote {out / f'{name}.png'}")
 
 

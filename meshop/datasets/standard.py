@@ -11,8 +11,8 @@
 
 The shapes are read from the files: files with fewer samples or nodes in the same layout load too.
 Every sample becomes a ``Data`` of the same form as the generated datasets (``pos``, ``y``,
-``weight``, and ``x``/``params``/``face``/``grid_shape`` where the data has them); the converted
-samples are cached under ``<root>/processed/<hash>/``.
+``weight``, and ``x``/``params``/cells/``grid_shape`` where the data has them); the converted
+samples are cached under ``<root>/processed/<hash>/``, where ``root`` is the folder of the files.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import scipy.io
 import torch
 
 from meshop._pyg import Data
-from meshop.data import from_points, lumped_mass_weights, uniform_grid
+from meshop.data import cell_measures, from_points, lumped_mass_weights, uniform_grid
 from meshop.datasets.base import data_root
 from meshop.errors import ConfigError, FieldError, MeshReadError
 
@@ -43,10 +43,13 @@ FNO_URL = "https://drive.google.com/drive/folders/1UnbQh2WWc6knEHbLn-ZaXrKUZhp7p
 
 
 class StandardFiles(InMemoryDataset):
-    """Base class: a published file set in ``raw_dir``, converted once to ``Data`` samples.
+    """Base class: a published file set in the folder ``root``, converted once to ``Data`` samples.
 
-    Subclasses set ``name``, ``files`` (the published file names) and ``origin`` (where to get
-    them), and implement :meth:`read`, which returns the train and test samples.
+    ``root`` is the folder that holds the files, default ``<data root>/<name>`` (the data root is
+    ``$MESHOP_DATA`` or the repository's ``datasets/``); the converted samples are cached in
+    ``root/processed/<hash of the options>/``. Subclasses set ``name``, ``files`` (the published
+    file names) and ``origin`` (where to get them), and implement :meth:`read`, which returns the
+    train and test samples.
     """
 
     name: str = "standard"
@@ -57,7 +60,6 @@ class StandardFiles(InMemoryDataset):
         self,
         root: str | os.PathLike | None = None,
         split: str = "train",
-        raw_dir: str | os.PathLike | None = None,
         transform=None,
         **config,
     ):
@@ -66,16 +68,16 @@ class StandardFiles(InMemoryDataset):
         if min(v for k, v in config.items() if k.startswith("num_")) < 1:
             raise ConfigError(f"num_train and num_test must be at least 1, got {config}")
         self.split, self.config = split, dict(config)
-        self._raw_dir = raw_dir
         self.config_hash = hashlib.sha1(
             json.dumps(self.config, sort_keys=True).encode()
         ).hexdigest()[:12]
-        super().__init__(str(data_root(root) / self.name), transform=transform, log=False)
+        folder = Path(root) if root is not None else data_root() / self.name
+        super().__init__(str(folder), transform=transform, log=False)
         self.load(self.processed_paths[SPLITS.index(split)])
 
     @property
     def raw_dir(self) -> str:
-        return str(self._raw_dir) if self._raw_dir is not None else os.path.join(self.root, "raw")
+        return self.root
 
     @property
     def raw_file_names(self) -> list[str]:
@@ -90,15 +92,15 @@ class StandardFiles(InMemoryDataset):
         return [f"{s}.pt" for s in SPLITS]
 
     def download(self) -> None:
-        missing = [f for f in self.files if not (Path(self.raw_dir) / f).is_file()]
+        missing = [f for f in self.files if not (Path(self.root) / f).is_file()]
         raise MeshReadError(
-            f"{type(self).__name__} needs the published files {missing} in '{self.raw_dir}' "
+            f"{type(self).__name__} needs the published files {missing} in '{self.root}' "
             f"(missing there). Download them from {self.origin} and put them in that folder, or "
-            "pass raw_dir='<folder that holds them>'."
+            "pass root='<folder that holds them>'."
         )
 
     def read(self) -> tuple[list[Data], list[Data]]:
-        """The train and test samples from the files in ``raw_dir``."""
+        """The train and test samples from the files in ``root``."""
         raise NotImplementedError
 
     def process(self) -> None:
@@ -106,10 +108,10 @@ class StandardFiles(InMemoryDataset):
             self.save(samples, path)
 
     def raw(self, name: str) -> Path:
-        return Path(self.raw_dir) / name
+        return Path(self.root) / name
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.split}, {len(self)} samples, raw_dir='{self.raw_dir}')"
+        return f"{type(self).__name__}({self.split}, {len(self)} samples, root='{self.root}')"
 
 
 def _load_npy(path: Path, ndim: int, layout: str) -> np.ndarray:
@@ -164,12 +166,8 @@ class GeoFNOElasticity(StandardFiles):
     origin = f"{GEO_FNO_URL} (folder elasticity/Meshes)"
     target_names = ("stress",)
 
-    def __init__(
-        self, root=None, split="train", raw_dir=None, num_train=1000, num_test=200, transform=None
-    ):
-        super().__init__(
-            root, split, raw_dir, transform, num_train=int(num_train), num_test=int(num_test)
-        )
+    def __init__(self, root=None, split="train", num_train=1000, num_test=200, transform=None):
+        super().__init__(root, split, transform, num_train=int(num_train), num_test=int(num_test))
 
     def read(self):
         xy = _load_npy(self.raw(self.files[0]), 3, "[N, 2, S]")
@@ -182,7 +180,7 @@ class GeoFNOElasticity(StandardFiles):
                 f"{rr.shape}; expected [N, 2, S], [N, S] and [42, S]"
             )
         n_train, n_test = self.config["num_train"], self.config["num_test"]
-        _split_counts(total, n_train, n_test, self.raw_dir)
+        _split_counts(total, n_train, n_test, self.root)
 
         def sample(i):
             return from_points(xy[:, :, i], y=sigma[:, i], params=rr[:, i])
@@ -192,14 +190,12 @@ class GeoFNOElasticity(StandardFiles):
         ]
 
 
-def structured_triangles(shape: tuple[int, int]) -> np.ndarray:
-    """Triangles [2 (H-1)(W-1), 3] of a structured H x W grid whose nodes are in C order."""
+def structured_quads(shape: tuple[int, int]) -> np.ndarray:
+    """Quads [(H-1)(W-1), 4] of a structured H x W grid whose nodes are in C order."""
     h, w = shape
     node = np.arange(h * w).reshape(h, w)
-    a, b, c, d = node[:-1, :-1], node[1:, :-1], node[1:, 1:], node[:-1, 1:]
-    return np.concatenate(
-        [np.stack([a, b, c], -1).reshape(-1, 3), np.stack([a, c, d], -1).reshape(-1, 3)]
-    )
+    corners = [node[:-1, :-1], node[1:, :-1], node[1:, 1:], node[:-1, 1:]]
+    return np.stack(corners, axis=-1).reshape(-1, 4)
 
 
 class GeoFNOAirfoil(StandardFiles):
@@ -211,21 +207,21 @@ class GeoFNOAirfoil(StandardFiles):
     test = the next ``num_test``; ``subsample`` keeps every r-th grid line (Geo-FNO's ``r1 = r2``).
 
     Samples: ``pos`` [H W, 2] (grid index ``(i, j)`` is node ``i W + j``), ``y`` [H W, 1] Mach,
-    ``face`` [3, F]: two triangles per grid cell, ``weight``: their lumped mass. The C-grid is
-    curved, so no ``grid_shape`` (which promises a uniform grid).
+    ``cell_index_quad`` [4, M]: the grid cells (cells of zero area, if any, are left out),
+    ``weight``: their lumped mass, as in the generated :class:`~meshop.datasets.Airfoil`. The
+    C-grid is curved, so no ``grid_shape`` (which promises a uniform grid).
     """
 
     name = "geofno_airfoil"
     files = ("NACA_Cylinder_X.npy", "NACA_Cylinder_Y.npy", "NACA_Cylinder_Q.npy")
     origin = f"{GEO_FNO_URL} (folder naca)"
-    target_names = ("mach",)
+    target_names = ("Mach",)
     MACH_CHANNEL = 4
 
     def __init__(
         self,
         root=None,
         split="train",
-        raw_dir=None,
         num_train=1000,
         num_test=200,
         subsample=1,
@@ -234,7 +230,6 @@ class GeoFNOAirfoil(StandardFiles):
         super().__init__(
             root,
             split,
-            raw_dir,
             transform,
             num_train=int(num_train),
             num_test=int(num_test),
@@ -256,28 +251,21 @@ class GeoFNOAirfoil(StandardFiles):
             )
         r = self.config["subsample"]
         n_train, n_test = self.config["num_train"], self.config["num_test"]
-        _split_counts(len(x), n_train, n_test, self.raw_dir)
+        _split_counts(len(x), n_train, n_test, self.root)
         shape = x[0, ::r, ::r].shape
-        triangles = structured_triangles(shape)
+        quads = structured_quads(shape)
 
         def sample(i):
-            pos = (
-                np.stack([x[i, ::r, ::r], y[i, ::r, ::r]], axis=-1)
-                .reshape(-1, 2)
-                .astype(np.float64)
-            )
-            edge1, edge2 = (
-                pos[triangles[:, 1]] - pos[triangles[:, 0]],
-                pos[triangles[:, 2]] - pos[triangles[:, 0]],
-            )
-            area = 0.5 * np.abs(edge1[:, 0] * edge2[:, 1] - edge1[:, 1] * edge2[:, 0])
-            cells = triangles[area > 1e-12 * np.ptp(pos, axis=0).max() ** 2]  # drop collapsed cells
+            pos = np.stack([x[i, ::r, ::r], y[i, ::r, ::r]], axis=-1).reshape(-1, 2)
+            pos = pos.astype(np.float64)
+            area = cell_measures(pos, "quad", quads)
+            cells = quads[area > 1e-12 * np.ptp(pos, axis=0).max() ** 2]
             data = from_points(
                 pos,
                 y=q[i, self.MACH_CHANNEL, ::r, ::r].reshape(-1),
-                weight=lumped_mass_weights(pos, [("triangle", cells)]),
+                weight=lumped_mass_weights(pos, [("quad", cells)]),
             )
-            data.face = torch.as_tensor(cells.T.copy(), dtype=torch.long)
+            data.cell_index_quad = torch.as_tensor(cells.T.copy(), dtype=torch.long)
             return data
 
         return [sample(i) for i in range(n_train)], [
@@ -308,7 +296,6 @@ class FNODarcy(StandardFiles):
         self,
         root=None,
         split="train",
-        raw_dir=None,
         num_train=1000,
         num_test=100,
         subsample=5,
@@ -317,7 +304,6 @@ class FNODarcy(StandardFiles):
         super().__init__(
             root,
             split,
-            raw_dir,
             transform,
             num_train=int(num_train),
             num_test=int(num_test),
@@ -367,7 +353,6 @@ class FNOBurgers(StandardFiles):
         self,
         root=None,
         split="train",
-        raw_dir=None,
         num_train=1000,
         num_test=100,
         subsample=8,
@@ -376,7 +361,6 @@ class FNOBurgers(StandardFiles):
         super().__init__(
             root,
             split,
-            raw_dir,
             transform,
             num_train=int(num_train),
             num_test=int(num_test),
@@ -392,7 +376,7 @@ class FNOBurgers(StandardFiles):
             )
         r = self.config["subsample"]
         n_train, n_test = self.config["num_train"], self.config["num_test"]
-        _split_counts(len(a), n_train, n_test, self.raw_dir)
+        _split_counts(len(a), n_train, n_test, self.root)
         s = a[0, ::r].shape[0]
 
         def sample(i):
