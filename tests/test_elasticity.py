@@ -8,7 +8,7 @@ from meshop.data import lumped_mass_weights, make_loader
 from meshop.datasets import Elasticity
 from meshop.datasets.elasticity import random_cavity
 from meshop.datasets.fem import cavity_radius, cell_mesh, solve_cell, von_mises
-from meshop.errors import ConfigError
+from meshop.errors import ConfigError, MeshopError
 
 TINY = dict(num_train=2, num_test=1, max_area=4e-3, progress=False)
 
@@ -81,6 +81,17 @@ def test_neo_hookean_tends_to_linear_elasticity_at_small_load():
     linear_large = solve_cell(points, triangles, **{**kw, "traction": 1.0})
     rel_large = np.linalg.norm(large.von_mises - linear_large.von_mises)
     assert rel_large / np.linalg.norm(linear_large.von_mises) > 10 * rel
+
+
+def test_neo_hookean_halves_increments_that_do_not_converge_and_reports_failure():
+    points, triangles = cell_mesh(np.array([0.25, 0.04, -0.02, 0.0, 0.03]), max_area=1e-2)
+    kw = dict(material="neo-hookean", traction=2.0)
+    reference = solve_cell(points, triangles, **kw)  # one full increment, 7 residual evaluations
+    halved = solve_cell(points, triangles, max_iter=6, **kw)
+    assert halved.newton_iterations > reference.newton_iterations
+    np.testing.assert_allclose(halved.displacement, reference.displacement, atol=1e-9)
+    with pytest.raises(MeshopError, match="did not converge.*lower the traction"):
+        solve_cell(points, triangles, material="neo-hookean", traction=200.0, max_iter=6)
 
 
 def test_cell_mesh_is_deterministic_and_fits_the_cavity():

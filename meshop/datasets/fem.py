@@ -178,7 +178,7 @@ def solve_cell(
     poisson_ratio: float = 0.3,
     traction: float = 1.0,
     material: str = "linear",
-    load_steps: int = 4,
+    load_steps: int = 1,
     tol: float = 1e-9,
     max_iter: int = 25,
 ) -> ElasticitySolution:
@@ -191,7 +191,9 @@ def solve_cell(
         poisson_ratio: nu, in [0, 0.5).
         traction: upward traction on the top edge (force per reference length).
         material: ``"linear"`` or ``"neo-hookean"``.
-        load_steps: initial number of load increments of the Newton solve (neo-Hookean).
+        load_steps: initial number of equal load increments of the Newton solve (neo-Hookean);
+            an increment that does not converge in `max_iter` iterations is halved, a converged
+            one lets the next increment double.
         tol: Newton stops when the residual norm is below ``tol`` times the applied load's norm.
         max_iter: Newton iterations allowed per increment before the increment is halved.
 
