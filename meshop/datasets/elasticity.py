@@ -74,7 +74,7 @@ class Elasticity(GeneratedDataset):
     Example:
         >>> train = Elasticity(split="train", num_train=1000, num_test=200)  # doctest: +SKIP
         >>> train[0]  # doctest: +SKIP
-        Data(pos=[1009, 2], weight=[1009], y=[1009, 1], params=[1, 9], face=[3, 1852], ...)
+        Data(pos=[981, 2], weight=[981], y=[981, 1], params=[1, 9], displacement=[981, 2], ...)
     """
 
     name = "elasticity"
