@@ -12,7 +12,7 @@
 The shapes are read from the files: files with fewer samples or nodes in the same layout load too.
 Every sample becomes a ``Data`` of the same form as the generated datasets (``pos``, ``y``,
 ``weight``, and ``x``/``params``/cells/``grid_shape`` where the data has them); the converted
-samples are cached under ``<root>/processed/<hash>/``, where ``root`` is the folder of the files.
+samples are cached under ``<data root>/<name>/processed/<hash>/`` (see :class:`StandardFiles`).
 """
 
 from __future__ import annotations
@@ -43,13 +43,21 @@ FNO_URL = "https://drive.google.com/drive/folders/1UnbQh2WWc6knEHbLn-ZaXrKUZhp7p
 
 
 class StandardFiles(InMemoryDataset):
-    """Base class: a published file set in the folder ``root``, converted once to ``Data`` samples.
+    """Base class: a published file set, converted once to ``Data`` samples and cached.
 
-    ``root`` is the folder that holds the files, default ``<data root>/<name>`` (the data root is
-    ``$MESHOP_DATA`` or the repository's ``datasets/``); the converted samples are cached in
-    ``root/processed/<hash of the options>/``. Subclasses set ``name``, ``files`` (the published
-    file names) and ``origin`` (where to get them), and implement :meth:`read`, which returns the
-    train and test samples.
+    The files are read from ``raw_dir``, default ``<root>/<name>/raw``, where ``root`` is the data
+    root (``$MESHOP_DATA`` or the repository's ``datasets/``); ``raw_dir`` may be read-only, since
+    the converted samples are cached in ``<root>/<name>/processed/<hash>/``. The hash covers the
+    options, the folder and the files' sizes and modification times. Subclasses set ``name``,
+    ``files`` (the published file names) and ``origin`` (where to get them), and implement
+    :meth:`read`, which returns the train and test samples.
+
+    Args:
+        root: data root (default ``$MESHOP_DATA`` or the repository's ``datasets/``).
+        split: ``"train"`` or ``"test"``.
+        raw_dir: the folder holding the published files (default ``<root>/<name>/raw``).
+        transform: PyG transform applied on access.
+        **config: the subclass's options (``num_train``, ``num_test``, ``subsample``).
     """
 
     name: str = "standard"
@@ -60,6 +68,7 @@ class StandardFiles(InMemoryDataset):
         self,
         root: str | os.PathLike | None = None,
         split: str = "train",
+        raw_dir: str | os.PathLike | None = None,
         transform=None,
         **config,
     ):
@@ -68,16 +77,20 @@ class StandardFiles(InMemoryDataset):
         if min(v for k, v in config.items() if k.startswith("num_")) < 1:
             raise ConfigError(f"num_train and num_test must be at least 1, got {config}")
         self.split, self.config = split, dict(config)
-        self.config_hash = hashlib.sha1(
-            json.dumps(self.config, sort_keys=True).encode()
-        ).hexdigest()[:12]
-        folder = Path(root) if root is not None else data_root() / self.name
+        folder = data_root(root) / self.name
+        self.files_dir = Path(raw_dir) if raw_dir is not None else folder / "raw"
+        stats = [
+            [f, p.stat().st_size, p.stat().st_mtime_ns] if p.is_file() else None
+            for f, p in ((f, self.files_dir / f) for f in self.files)
+        ]
+        key = json.dumps([self.config, str(self.files_dir.resolve()), stats], sort_keys=True)
+        self.config_hash = hashlib.sha1(key.encode()).hexdigest()[:12]
         super().__init__(str(folder), transform=transform, log=False)
         self.load(self.processed_paths[SPLITS.index(split)])
 
     @property
     def raw_dir(self) -> str:
-        return self.root
+        return str(self.files_dir)
 
     @property
     def raw_file_names(self) -> list[str]:
@@ -92,15 +105,15 @@ class StandardFiles(InMemoryDataset):
         return [f"{s}.pt" for s in SPLITS]
 
     def download(self) -> None:
-        missing = [f for f in self.files if not (Path(self.root) / f).is_file()]
+        missing = [f for f in self.files if not (self.files_dir / f).is_file()]
         raise MeshReadError(
-            f"{type(self).__name__} needs the published files {missing} in '{self.root}' "
+            f"{type(self).__name__} needs the published files {missing} in '{self.files_dir}' "
             f"(missing there). Download them from {self.origin} and put them in that folder, or "
-            "pass root='<folder that holds them>'."
+            "pass raw_dir='<folder that holds them>'."
         )
 
     def read(self) -> tuple[list[Data], list[Data]]:
-        """The train and test samples from the files in ``root``."""
+        """The train and test samples from the files in ``raw_dir``."""
         raise NotImplementedError
 
     def process(self) -> None:
@@ -108,10 +121,12 @@ class StandardFiles(InMemoryDataset):
             self.save(samples, path)
 
     def raw(self, name: str) -> Path:
-        return Path(self.root) / name
+        return self.files_dir / name
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.split}, {len(self)} samples, root='{self.root}')"
+        return (
+            f"{type(self).__name__}({self.split}, {len(self)} samples, raw_dir='{self.files_dir}')"
+        )
 
 
 def _load_npy(path: Path, ndim: int, layout: str) -> np.ndarray:
@@ -166,8 +181,12 @@ class GeoFNOElasticity(StandardFiles):
     origin = f"{GEO_FNO_URL} (folder elasticity/Meshes)"
     target_names = ("stress",)
 
-    def __init__(self, root=None, split="train", num_train=1000, num_test=200, transform=None):
-        super().__init__(root, split, transform, num_train=int(num_train), num_test=int(num_test))
+    def __init__(
+        self, root=None, split="train", raw_dir=None, num_train=1000, num_test=200, transform=None
+    ):
+        super().__init__(
+            root, split, raw_dir, transform, num_train=int(num_train), num_test=int(num_test)
+        )
 
     def read(self):
         xy = _load_npy(self.raw(self.files[0]), 3, "[N, 2, S]")
@@ -180,7 +199,7 @@ class GeoFNOElasticity(StandardFiles):
                 f"{rr.shape}; expected [N, 2, S], [N, S] and [42, S]"
             )
         n_train, n_test = self.config["num_train"], self.config["num_test"]
-        _split_counts(total, n_train, n_test, self.root)
+        _split_counts(total, n_train, n_test, self.files_dir)
 
         def sample(i):
             return from_points(xy[:, :, i], y=sigma[:, i], params=rr[:, i])
@@ -222,6 +241,7 @@ class GeoFNOAirfoil(StandardFiles):
         self,
         root=None,
         split="train",
+        raw_dir=None,
         num_train=1000,
         num_test=200,
         subsample=1,
@@ -230,6 +250,7 @@ class GeoFNOAirfoil(StandardFiles):
         super().__init__(
             root,
             split,
+            raw_dir,
             transform,
             num_train=int(num_train),
             num_test=int(num_test),
@@ -251,7 +272,7 @@ class GeoFNOAirfoil(StandardFiles):
             )
         r = self.config["subsample"]
         n_train, n_test = self.config["num_train"], self.config["num_test"]
-        _split_counts(len(x), n_train, n_test, self.root)
+        _split_counts(len(x), n_train, n_test, self.files_dir)
         shape = x[0, ::r, ::r].shape
         quads = structured_quads(shape)
 
@@ -296,6 +317,7 @@ class FNODarcy(StandardFiles):
         self,
         root=None,
         split="train",
+        raw_dir=None,
         num_train=1000,
         num_test=100,
         subsample=5,
@@ -304,6 +326,7 @@ class FNODarcy(StandardFiles):
         super().__init__(
             root,
             split,
+            raw_dir,
             transform,
             num_train=int(num_train),
             num_test=int(num_test),
@@ -353,6 +376,7 @@ class FNOBurgers(StandardFiles):
         self,
         root=None,
         split="train",
+        raw_dir=None,
         num_train=1000,
         num_test=100,
         subsample=8,
@@ -361,6 +385,7 @@ class FNOBurgers(StandardFiles):
         super().__init__(
             root,
             split,
+            raw_dir,
             transform,
             num_train=int(num_train),
             num_test=int(num_test),
@@ -376,7 +401,7 @@ class FNOBurgers(StandardFiles):
             )
         r = self.config["subsample"]
         n_train, n_test = self.config["num_train"], self.config["num_test"]
-        _split_counts(len(a), n_train, n_test, self.root)
+        _split_counts(len(a), n_train, n_test, self.files_dir)
         s = a[0, ::r].shape[0]
 
         def sample(i):
