@@ -1,4 +1,4 @@
-"""Base class of meshop's generated datasets: root folder, deterministic seeding, splits, caching."""
+"""Base class of generated datasets: root folder, deterministic seeding, splits, caching."""
 
 from __future__ import annotations
 
@@ -61,8 +61,11 @@ class GeneratedDataset(InMemoryDataset):
     ):
         if split not in SPLITS:
             raise ConfigError(f"split must be one of {SPLITS}, got '{split}'")
-        if num_train < 0 or num_test < 0:
-            raise ConfigError("num_train and num_test must be non-negative")
+        if num_train < 1 or num_test < 1:
+            raise ConfigError(
+                f"num_train and num_test must be at least 1 (got {num_train}, {num_test}); "
+                "a generated dataset always has a train and a test split"
+            )
         self.split = split
         self.num_train, self.num_test, self.seed = int(num_train), int(num_test), int(seed)
         self.config = dict(config)
@@ -73,7 +76,7 @@ class GeneratedDataset(InMemoryDataset):
             default=str,
         )
         self.config_hash = hashlib.sha1(key.encode()).hexdigest()[:12]
-        super().__init__(str(data_root(root) / self.name), transform=transform)
+        super().__init__(str(data_root(root) / self.name), transform=transform, log=progress)
         self.load(self.processed_paths[SPLITS.index(split)])
 
     @property

@@ -1,0 +1,49 @@
+import numpy as np
+import pytest
+import torch
+
+from meshop import from_points
+from meshop.datasets import GeneratedDataset, data_root
+from meshop.errors import ConfigError
+
+
+class Counting(GeneratedDataset):
+    name = "counting"
+    calls = 0
+
+    def generate(self, index, rng):
+        Counting.calls += 1
+        return from_points(torch.as_tensor(rng.random((5, 2))), y=torch.full((5, 1), float(index)))
+
+
+def test_samples_depend_only_on_seed_and_index_and_splits_follow_each_other(tmp_path):
+    train = Counting(tmp_path, "train", num_train=3, num_test=2, seed=4, progress=False)
+    test = Counting(tmp_path, "test", num_train=3, num_test=2, seed=4, progress=False)
+    assert [int(d.index) for d in train] == [0, 1, 2]
+    assert [int(d.index) for d in test] == [3, 4]
+    other = Counting(tmp_path, "train", num_train=5, num_test=1, seed=4, progress=False)
+    assert torch.equal(other[1].pos, train[1].pos)  # same (seed, index), other split sizes
+    expected = np.random.default_rng([4, 1]).random((5, 2))
+    assert torch.allclose(train[1].pos, torch.as_tensor(expected, dtype=torch.float32))
+
+
+def test_second_construction_loads_the_cache(tmp_path):
+    Counting(tmp_path, num_train=2, num_test=1, progress=False)
+    before = Counting.calls
+    again = Counting(tmp_path, "test", num_train=2, num_test=1, progress=False)
+    assert Counting.calls == before and len(again) == 1
+
+
+def test_root_defaults_to_the_environment_then_the_repository(tmp_path, monkeypatch):
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path))
+    assert data_root() == tmp_path
+    assert data_root("elsewhere").name == "elsewhere"
+    monkeypatch.delenv("MESHOP_DATA")
+    assert data_root().name == "datasets"
+
+
+def test_bad_split_and_sizes_are_rejected(tmp_path):
+    with pytest.raises(ConfigError, match="split must be one of"):
+        Counting(tmp_path, "valid")
+    with pytest.raises(ConfigError, match="at least 1"):
+        Counting(tmp_path, num_test=0)
