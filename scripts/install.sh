@@ -21,7 +21,7 @@ PIP=("$PY" -m pip --disable-pip-version-check)
 
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     echo "[install] installing torch==$TORCH_VERSION"
-    "${PIP[@]}" install -q "torch==$TORCH_VERSION"
+    "${PIP[@]}" install -q "torch==$TORCH_VERSION" numpy
 fi
 installed_torch=$("$PY" -c "import torch; print(torch.__version__.split('+')[0])")
 constraints="$VENV/torch-constraints.txt"
