@@ -167,6 +167,7 @@ def test_airfoil_flow_targets_are_consistent_with_the_panel_solution():
     gamma = solve_vortex_panels(naca4(0.02, 0.4, 0.12, 100), np.deg2rad(3.0))
     cp = mesh.point_data["Cp"]
     assert np.allclose(cp[:100], 1 - surface_speed(gamma) ** 2)  # incompressible limit
+    assert mesh.points.shape == (100 * 11, 3) and np.all(mesh.points[:, 2] == 0)
     assert np.all(mesh.point_data["Mach"] < 1e-5)
     hot = airfoil_flow(0.06, 0.2, 0.06, alpha=5.0, mach=0.6, num_panels=100, num_layers=10)
     assert np.nanmax(hot.point_data["Mach"]) > 1 or np.isnan(hot.point_data["Mach"]).any()

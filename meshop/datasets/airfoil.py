@@ -212,8 +212,8 @@ def airfoil_flow(
         num_panels, num_layers, first_layer, farfield: the mesh (see :func:`naca4`, :func:`o_mesh`).
 
     Returns:
-        A ``meshio.Mesh`` of quads with point data ``"Cp"`` and ``"Mach"`` (NaN where the
-        Karman-Tsien rule breaks down; values above 1 where the flow would be supersonic).
+        A ``meshio.Mesh`` of quads (points with z = 0) with point data ``"Cp"`` and ``"Mach"``
+        (NaN where the Karman-Tsien rule breaks down; above 1 where the flow would be supersonic).
     """
     body = naca4(camber, camber_position, thickness, num_panels)
     points, quads = o_mesh(body[:-1], num_layers, first_layer, farfield)
@@ -224,6 +224,7 @@ def airfoil_flow(
     field = panel_velocity(points[num_panels:], body, gamma, angle)
     speed[num_panels:] = np.linalg.norm(field, axis=1)
     cp = karman_tsien(1 - speed**2, mach)
+    points = np.concatenate([points, np.zeros((len(points), 1))], axis=1)  # 3D: what VTK expects
     return meshio.Mesh(
         points, [("quad", quads)], point_data={"Cp": cp, "Mach": local_mach(cp, mach)}
     )
