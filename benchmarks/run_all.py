@@ -1,0 +1,38 @@
+"""Run every speed and memory benchmark, one after the other, and collect their tables.
+
+    python benchmarks/run_all.py            # the full run (about a quarter of an hour on one core)
+    python benchmarks/run_all.py --quick    # smoke test of every script
+
+Options after the script's own are passed to every benchmark (``--threads``, ``--max-gb``,
+``--device``, ``--timeout``, ``--out``). The tables land in ``benchmarks/results/`` (one
+Markdown and one JSON file per benchmark) and together in ``benchmarks/results/all.md``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import parse_args, progress
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = ["position_attention", "local_attention", "models", "linear_attention", "neighbors"]
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(__doc__.splitlines()[0], argv)
+    parts = []
+    for name in SCRIPTS:
+        start = time.perf_counter()
+        progress(f"== {name}")
+        subprocess.run([sys.executable, str(HERE / f"{name}.py"), *argv], check=True)
+        progress(f"== {name} took {time.perf_counter() - start:.0f} s")
+        parts.append((args.out / f"{name}.md").read_text())
+    (args.out / "all.md").write_text("\n".join(parts))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The benchmark scripts: each runs at a tiny size and writes its tables; the measurement and the
+dense references they compare against are right."""
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+# the scripts import each other by name, and the processes they measure in import them too
+sys.path.insert(0, str(BENCHMARKS))
+
+SCRIPTS = ["position_attention", "local_attention", "models", "linear_attention", "neighbors"]
+
+
+def script(name):
+    return importlib.import_module(name)
+
+
+def allocate(megabytes: int, device: str):
+    """A case whose input holds ``megabytes`` and whose step allocates as much again."""
+    held = torch.ones(megabytes * 2**18)
+
+    def step():
+        return torch.empty_like(held).fill_(2.0)
+
+    return step
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_benchmark_script_runs_quick_and_writes_its_tables(name, tmp_path, capsys):
+    script(name).main(["--quick", "--out", str(tmp_path)])
+    records = json.loads((tmp_path / f"{name}.json").read_text())["records"]
+    assert records
+    for record in records:
+        assert "error" not in record, record
+        assert "skipped" in record or (record["time_s"] > 0 and record["peak_mb"] >= 0), record
+    table = (tmp_path / f"{name}.md").read_text()
+    assert table.startswith("## ") and "| " in table
+    assert table in capsys.readouterr().out
+
+
+def test_measured_peak_memory_counts_the_call_and_not_the_inputs():
+    common = script("common")
+    result = common.run_case(
+        allocate,
+        {"megabytes": 200},
+        device="cpu",
+        threads=1,
+        timeout=120,
+        min_time=0.0,
+    )
+    assert 190 <= result["peak_mb"] <= 260, result
+    assert result["total_peak_mb"] >= result["peak_mb"] + 200  # the 200 MB input exists too
+
+
+def test_dense_estimate_scales_the_largest_measured_case():
+    common = script("common")
+    records = [
+        {"impl": "dense", "elements": 2**20, "peak_mb": 12.0},
+        {"impl": "dense", "elements": 2**22, "peak_mb": 80.0},  # 5 matrices of 16 MB
+        {"impl": "meshop", "elements": 2**24, "peak_mb": 1.0},
+    ]
+    gb, k = common.dense_estimate(records, {"impl": "dense"}, 2**28, default_k=9.0)
+    assert k == pytest.approx(5.0)
+    assert gb == pytest.approx(5.0)
+    assert common.dense_estimate([], {"impl": "dense"}, 2**28, default_k=9.0)[1] == 9.0
+
+
+def test_dense_position_attention_is_the_same_layer():
+    pa = script("position_attention")
+    assert pa.check_agreement(400, 50) < 1e-5
+
+
+def test_dense_local_attention_is_the_same_layer():
+    assert script("local_attention").check_agreement(500) < 1e-5
+
+
+def test_dense_pit_is_the_same_model():
+    assert script("models").check_agreement(150, 2) < 1e-5
+
+
+def test_dense_quantile_mask_keeps_the_quantile_of_every_row():
+    la = script("local_attention")
+    pos_src, pos_dst = torch.rand(200, 2), torch.rand(30, 2)
+    v = torch.eye(200)[:, None, :]  # one head whose output row is the attention row itself
+    attn = la.dense_local_attention(v, pos_src, pos_dst, torch.tensor([0.0]), quantile=0.1)
+    kept = (attn > 0).sum(1)
+    assert torch.all(kept == 20)  # ceil(0.1 * 199) + ties; random points have none
+    assert torch.allclose(attn.sum(1), torch.ones(30))
