@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
-from meshop._pyg import scatter, softmax
+from meshop._pyg import softmax
 from meshop.data.neighbors import neighbor_index, squared_distance
 from meshop.errors import ConfigError
 from meshop.nn.position_attention import (
@@ -41,8 +43,10 @@ class LocalPositionAttention(nn.Module):
     - ``radius``: the sources within that distance (a target with none gets zeros).
 
     Neighbour lists come from torch-cluster through :func:`meshop.data.neighbor_index`; the softmax
-    over each target's neighbours is :func:`torch_geometric.utils.softmax` and the aggregation a
-    scatter-sum, so memory is :math:`O(N_{dst} k)`, never :math:`N_{dst} \times N_{src}`.
+    over each target's neighbours is :func:`torch_geometric.utils.softmax` on the :math:`[E, H]`
+    logits, so memory is :math:`O(N_{dst} k)`, never :math:`N_{dst} \times N_{src}`. The weights
+    depend on positions only, so the aggregation is a sparse-dense product per head (CSR, forward
+    and backward) and no :math:`[E, C_{out}]` message tensor is ever built.
 
     With ``periodic`` the distance is the minimum-image one. Coordinates are wrapped into the box,
     the sources are tiled into their :math:`3^p` images (``p`` periodic axes), neighbours are found
@@ -128,8 +132,9 @@ class LocalPositionAttention(nn.Module):
         batch_src: Tensor | None = None,
         batch_dst: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Receptive fields as an edge index [2, E] (row 0 target, row 1 source) and the squared
-        (minimum-image when periodic) distance of every edge [E]."""
+        """Receptive fields as an edge index [2, E] (row 0 target, row 1 source) sorted by target,
+        then source (CSR order), and the squared (minimum-image when periodic) distance of every
+        edge [E]."""
         if self.periodic is None:
             index = neighbor_index(
                 pos_src,
@@ -139,6 +144,7 @@ class LocalPositionAttention(nn.Module):
                 max_num_neighbors=self.max_num_neighbors,
                 **self.field,
             )
+            index = index[:, torch.argsort(index[0] * len(pos_src) + index[1])]
             return index, squared_distance(pos_src, pos_dst, index)
         return self._periodic_neighbors(pos_src, pos_dst, batch_src, batch_dst)
 
@@ -153,11 +159,11 @@ class LocalPositionAttention(nn.Module):
         if pos_dst is None:
             pos_dst, batch_dst = pos_src, batch_src
         index, dist = self.neighbors(pos_src, pos_dst, batch_src, batch_dst)
-        dst, src = index
         v = self.lin_v(x_src).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
         logits = -dist[:, None] * self.lam[None, :]  # [E, H]
-        alpha = softmax(logits, index=dst, num_nodes=len(pos_dst))  # over each target's field
-        out = scatter(alpha.unsqueeze(-1) * v[src], dst, dim=0, dim_size=len(pos_dst), reduce="sum")
+        alpha = softmax(logits, index=index[0], num_nodes=len(pos_dst))  # over each target's field
+        dtype = torch.promote_types(alpha.dtype, v.dtype)
+        out = _Aggregate.apply(alpha.to(dtype), v.to(dtype), index, len(pos_dst))
         return out.view(len(pos_dst), self.out_channels)
 
     def _periodic_neighbors(self, pos_src, pos_dst, batch_src, batch_dst) -> tuple[Tensor, Tensor]:
@@ -220,9 +226,78 @@ class LocalPositionAttention(nn.Module):
         )
 
 
+def _sparse(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
+    """A CSR matrix from indices already in CSR order (torch's beta notice silenced)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
+        return torch.sparse_csr_tensor(crow, col, values, size=size, check_invariants=False)
+
+
+def _row_pointers(row: Tensor, num_rows: int) -> Tensor:
+    """CSR row pointers [num_rows + 1] of sorted row indices."""
+    counts = torch.bincount(row, minlength=num_rows)
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+class _Aggregate(torch.autograd.Function):
+    r"""``out[i, h] = sum_{e: dst_e = i} alpha[e, h] v[src_e, h]`` without the ``[E, H, C]``
+    messages: per head, the forward is the CSR product :math:`A^h V^h` with
+    :math:`A^h_{ij} = \alpha_{e,h}` on the edges, and the backward is
+    :math:`\partial V^h = (A^h)^\top \partial\mathrm{out}^h` (CSR product with the transpose)
+    and :math:`\partial\alpha_{e,h} = \langle \partial\mathrm{out}_{dst_e, h},
+    V_{src_e, h}\rangle` (``torch.sparse.sampled_addmm`` on the edge pattern).
+
+    ``alpha`` [E, H] and ``v`` [N_src, H, C] share a dtype; ``index`` [2, E] (row 0 target,
+    row 1 source) is sorted by target, then source, without repeated edges.
+    """
+
+    @staticmethod
+    def forward(ctx, alpha: Tensor, v: Tensor, index: Tensor, num_dst: int) -> Tensor:
+        dst, src = index
+        crow = _row_pointers(dst, num_dst)
+        v_heads = v.transpose(0, 1).contiguous()  # [H, N_src, C]
+        size = (num_dst, len(v))
+        out = [_sparse(crow, src, a, size) @ v_h for a, v_h in zip(alpha.t().contiguous(), v_heads)]
+        ctx.save_for_backward(alpha, v_heads, index, crow)
+        return torch.stack(out, dim=1)  # [N_dst, H, C]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        alpha, v_heads, index, crow = ctx.saved_tensors
+        dst, src = index
+        num_dst, num_src = len(crow) - 1, v_heads.shape[1]
+        grad_heads = grad_out.transpose(0, 1).contiguous()  # [H, N_dst, C]
+        grad_alpha = grad_v = None
+        if ctx.needs_input_grad[0]:
+            grad_alpha = torch.stack(
+                [
+                    torch.sparse.sampled_addmm(
+                        _sparse(crow, src, alpha[:, h].contiguous(), (num_dst, num_src)),
+                        grad_heads[h],
+                        v_heads[h].t(),
+                        beta=0.0,
+                    ).values()
+                    for h in range(len(v_heads))
+                ],
+                dim=1,
+            )
+        if ctx.needs_input_grad[1]:
+            order = torch.argsort(src, stable=True)  # the transpose in CSR order
+            crow_t, col_t, alpha_t = _row_pointers(src[order], num_src), dst[order], alpha[order]
+            grad_v = torch.stack(
+                [
+                    _sparse(crow_t, col_t, alpha_t[:, h].contiguous(), (num_src, num_dst)) @ g
+                    for h, g in enumerate(grad_heads)
+                ],
+                dim=1,
+            )
+        return grad_alpha, grad_v, None, None
+
+
 def _nearest_image(index: Tensor, dist: Tensor, n_dst: int, n_src: int) -> tuple[Tensor, Tensor]:
     """Merge edges that reach the same source through several images, keeping the nearest one;
-    edges come back grouped by target."""
+    edges come back sorted by target, then source."""
     key = index[0] * n_src + index[1]
     unique, inverse = torch.unique(key, return_inverse=True)
     nearest = dist.new_full((len(unique),), float("inf")).scatter_reduce(
