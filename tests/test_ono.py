@@ -101,6 +101,23 @@ def test_a_query_point_on_a_mesh_node_gets_that_nodes_prediction():
         torch.testing.assert_close(model(queried), model(data)[nodes], rtol=1e-4, atol=1e-5)
 
 
+def test_data_without_weights_is_integrated_with_one_over_n():
+    model = tiny()
+    weighted = samples()
+    unweighted = [d.clone() for d in weighted]
+    for d in unweighted:
+        del d.weight
+    for d in weighted:
+        d.weight = torch.full((d.num_nodes,), 1.0 / d.num_nodes)
+    for mode in ("train", "eval"):
+        model.train(mode == "train")
+        for loader_batch in (1, 3):
+            torch.testing.assert_close(
+                model(next(iter(make_loader(unweighted, batch_size=loader_batch)))),
+                model(next(iter(make_loader(weighted, batch_size=loader_batch)))),
+            )
+
+
 @pytest.mark.parametrize("attention", sorted(FEATURE_ATTENTIONS))
 def test_query_points_affect_neither_the_mesh_nor_each_other(attention):
     model = trained(tiny(feature_attention=attention))

@@ -267,7 +267,7 @@ class ONO(nn.Module):
             )
         weight = getattr(data, "weight", None)
         if weight is None:
-            weight = default_weight(len(pos), batch, pos.device)
+            weight = default_weight(len(pos), batch, pos)
         if getattr(data, "query_pos", None) is None:
             return features, pos, batch, weight, None
         query_pos, query_batch = query_nodes(data)
