@@ -297,6 +297,17 @@ def test_local_attention_gradients_match_the_dense_reference():
         torch.testing.assert_close(local, dense, rtol=1e-9, atol=1e-12)
 
 
+def test_local_attention_runs_under_bfloat16_autocast():
+    torch.manual_seed(0)
+    layer = LocalPositionAttention(5, 8, heads=2, k=6)
+    pos_src, pos_dst, x = cloud(60), cloud(20, seed=2), features(60).requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x, pos_src, pos_dst)
+    out.sum().backward()
+    torch.testing.assert_close(out.float(), layer(x, pos_src, pos_dst), rtol=0.05, atol=0.05)
+    assert torch.isfinite(x.grad).all() and torch.isfinite(layer.theta.grad).all()
+
+
 def test_local_attention_never_builds_per_edge_messages():
     """Forward and backward allocate nothing near the [E, C_out] message tensor (E edges)."""
     torch.manual_seed(0)

@@ -245,7 +245,8 @@ class _Aggregate(torch.autograd.Function):
     :math:`A^h_{ij} = \alpha_{e,h}` on the edges, and the backward is
     :math:`\partial V^h = (A^h)^\top \partial\mathrm{out}^h` (CSR product with the transpose)
     and :math:`\partial\alpha_{e,h} = \langle \partial\mathrm{out}_{dst_e, h},
-    V_{src_e, h}\rangle` (``torch.sparse.sampled_addmm`` on the edge pattern).
+    V_{src_e, h}\rangle` (``torch.sparse.sampled_addmm`` on the edge pattern). Autocast is off:
+    the products run in the inputs' dtype.
 
     ``alpha`` [E, H] and ``v`` [N_src, H, C] share a dtype; ``index`` [2, E] (row 0 target,
     row 1 source) is sorted by target, then source, without repeated edges.
@@ -257,41 +258,41 @@ class _Aggregate(torch.autograd.Function):
         crow = _row_pointers(dst, num_dst)
         v_heads = v.transpose(0, 1).contiguous()  # [H, N_src, C]
         size = (num_dst, len(v))
-        out = [_sparse(crow, src, a, size) @ v_h for a, v_h in zip(alpha.t().contiguous(), v_heads)]
+        with torch.autocast(v.device.type, enabled=False):
+            out = [
+                _sparse(crow, src, a, size) @ v_h for a, v_h in zip(alpha.t().contiguous(), v_heads)
+            ]
         ctx.save_for_backward(alpha, v_heads, index, crow)
         return torch.stack(out, dim=1)  # [N_dst, H, C]
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        alpha, v_heads, index, crow = ctx.saved_tensors
-        dst, src = index
-        num_dst, num_src = len(crow) - 1, v_heads.shape[1]
-        grad_heads = grad_out.transpose(0, 1).contiguous()  # [H, N_dst, C]
+        alpha, v_heads, (dst, src), crow = ctx.saved_tensors
+        size = (len(crow) - 1, v_heads.shape[1])  # [N_dst, N_src]
+        grad_heads = grad_out.to(v_heads.dtype).transpose(0, 1).contiguous()  # [H, N_dst, C]
         grad_alpha = grad_v = None
-        if ctx.needs_input_grad[0]:
-            grad_alpha = torch.stack(
-                [
-                    torch.sparse.sampled_addmm(
-                        _sparse(crow, src, alpha[:, h].contiguous(), (num_dst, num_src)),
-                        grad_heads[h],
-                        v_heads[h].t(),
-                        beta=0.0,
-                    ).values()
-                    for h in range(len(v_heads))
-                ],
-                dim=1,
-            )
-        if ctx.needs_input_grad[1]:
-            order = torch.argsort(src, stable=True)  # the transpose in CSR order
-            crow_t, col_t, alpha_t = _row_pointers(src[order], num_src), dst[order], alpha[order]
-            grad_v = torch.stack(
-                [
-                    _sparse(crow_t, col_t, alpha_t[:, h].contiguous(), (num_src, num_dst)) @ g
-                    for h, g in enumerate(grad_heads)
-                ],
-                dim=1,
-            )
+        with torch.autocast(v_heads.device.type, enabled=False):
+            if ctx.needs_input_grad[0]:
+                grad_alpha = torch.stack(
+                    [
+                        torch.sparse.sampled_addmm(
+                            _sparse(crow, src, a, size), g, v_h.t(), beta=0.0
+                        ).values()
+                        for a, g, v_h in zip(alpha.t().contiguous(), grad_heads, v_heads)
+                    ],
+                    dim=1,
+                )
+            if ctx.needs_input_grad[1]:
+                order = torch.argsort(src, stable=True)  # the transpose in CSR order
+                crow_t, col_t = _row_pointers(src[order], size[1]), dst[order]
+                grad_v = torch.stack(
+                    [
+                        _sparse(crow_t, col_t, a, size[::-1]) @ g
+                        for a, g in zip(alpha[order].t().contiguous(), grad_heads)
+                    ],
+                    dim=1,
+                )
         return grad_alpha, grad_v, None, None
 
 
