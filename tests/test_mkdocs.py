@@ -43,3 +43,22 @@ def test_every_docs_page_is_in_the_nav():
     missing = sorted(pages - in_nav)
     assert not missing, f"docs pages missing from the nav of mkdocs.yml: {missing}"
     assert not sorted(in_nav - pages), "the nav names pages that do not exist"
+
+
+def test_docstring_math_and_roles_become_markdown():
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    try:
+        from griffe_rst import to_markdown
+    finally:
+        sys.path.pop(0)
+    text = (
+        "Kernel :math:`\\lambda > 0`, see :class:`~meshop.nn.MLP` and "
+        ":func:`meshop.data.knn_index`:"
+        "\n\n    .. math::\n        a &= b \\\\\n        c &= d\n\n    Next paragraph."
+    )
+    out = to_markdown(text)
+    assert "$\\lambda > 0$" in out and "`MLP`" in out and "`meshop.data.knn_index`" in out
+    block = ["$$", "\\begin{aligned}", "a &= b \\\\", "c &= d", "\\end{aligned}", "$$"]
+    assert "\n".join("    " + line for line in block) in out
+    assert out.rstrip().endswith("Next paragraph.")
+    assert to_markdown(out) == out
