@@ -88,7 +88,7 @@ def o_mesh(
 
     so the mesh is orthogonal to the body near the wall and a polar grid far away. With the
     cosine-spaced surface nodes of :func:`naca4`, node ``i`` on the surface and on the circle have
-    the same chordwise position.
+    about the same chordwise position.
 
     Args:
         surface: [N, 2] body nodes, clockwise from the trailing edge (the closed polygon of
