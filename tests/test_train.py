@@ -10,11 +10,13 @@ from meshop.data import from_points, make_loader, uniform_grid
 from meshop.errors import ConfigError, MeshReadError
 from meshop.models.mlp_baseline import MLPBaseline
 from meshop.train import (
+    NormalizedModel,
     TrainConfig,
     Trainer,
     build_optimizer,
     build_scheduler,
     checkpoint,
+    fit_normalizers,
     load_config,
     load_model,
     relative_h1,
@@ -264,3 +266,55 @@ def test_the_h1_penalty_trains_on_grids(tmp_path):
     metrics = Trainer(model, samples, samples[:2], quiet(epochs=2, h1_weight=0.5), tmp_path).fit()
     assert math.isfinite(metrics["train_loss"])
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])["epoch"] == 1
+
+
+def test_position_normalisation_makes_training_independent_of_the_unit_of_length(tmp_path):
+    def rescaled(samples, scale, shift):
+        out = []
+        for s in samples:
+            s = s.clone()
+            s.pos = s.pos * scale + shift
+            out.append(s)
+        return out
+
+    train_set, test_set = toy_samples(8), toy_samples(4, 1)
+    runs = []
+    for scale, shift in ((1.0, 0.0), (1000.0, -250.0)):
+        trainer = Trainer(
+            tiny_model(),
+            rescaled(train_set, scale, shift),
+            rescaled(test_set, scale, shift),
+            quiet(epochs=2),
+        )
+        runs.append((trainer.fit(), parameters(trainer.model.model)))
+    assert torch.allclose(runs[0][1], runs[1][1], atol=1e-4)
+    assert runs[0][0]["test_rel_l2"] == pytest.approx(runs[1][0]["test_rel_l2"], rel=1e-3)
+
+
+def test_the_position_normaliser_maps_every_node_set_with_one_isotropic_scale():
+    data = from_points(torch.stack([torch.linspace(0, 4, 9), torch.linspace(0, 1, 9)], 1))
+    data.latent_pos, data.query_pos = data.pos[::2], torch.tensor([[2.0, 0.5]])
+    normalizer = fit_normalizers([data], pos=True)["pos"]
+    std = math.sqrt((data.pos.var(0, unbiased=False)).mean())
+    assert torch.allclose(normalizer.std, torch.full((2,), std))
+    seen = {}
+
+    class Spy(torch.nn.Module):
+        def forward(self, d):
+            seen.update(pos=d.pos, latent_pos=d.latent_pos, query_pos=d.query_pos)
+            return torch.zeros(1, 1)
+
+    NormalizedModel(Spy(), {"pos": normalizer})(data)
+    assert torch.allclose(seen["query_pos"], torch.zeros(1, 2), atol=1e-6)  # the centre
+    assert torch.allclose(seen["latent_pos"], seen["pos"][::2])
+    assert torch.allclose(
+        torch.cdist(seen["pos"], seen["pos"]), torch.cdist(data.pos, data.pos) / std, atol=1e-5
+    )
+
+
+def test_a_periodic_model_refuses_position_normalisation():
+    model = tiny_model()
+    model.config["periodic"] = 1.0  # a box length in data units, as PiT's periodic=
+    with pytest.raises(ConfigError, match="normalize_pos = false"):
+        Trainer(model, toy_samples(4), None, quiet())
+    Trainer(model, toy_samples(4), None, quiet(normalize_pos=False))

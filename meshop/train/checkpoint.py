@@ -11,9 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from meshop.data import GaussianNormalizer
 from meshop.errors import ConfigError, MeshReadError
-from meshop.train.normalized import NormalizedModel
+from meshop.train.normalized import NormalizedModel, make_normalizer
 
 FORMAT = "meshop-checkpoint"
 VERSION = 1
@@ -101,9 +100,7 @@ def build_from_checkpoint(ckpt: dict[str, Any]) -> NormalizedModel:
     from meshop.models.registry import build_model
 
     model = build_model(ckpt["model_name"], **ckpt["model_config"])
-    normalizers = {
-        key: GaussianNormalizer(channels) for key, channels in ckpt["normalizers"].items()
-    }
+    normalizers = {key: make_normalizer(key, n) for key, n in ckpt["normalizers"].items()}
     wrapped = NormalizedModel(model, normalizers)
     try:
         wrapped.load_state_dict(ckpt["state_dict"])

@@ -41,6 +41,8 @@ class TrainConfig:
         loss: ``"rel_l2"`` or ``"rel_l1"`` per-sample relative error of decoded (physical) values.
         h1_weight: weight of the relative H1-seminorm penalty (uniform grids and triangle meshes).
         normalize_x, normalize_y, normalize_params: fit Gaussian normalisers on the training split.
+        normalize_pos: centre the coordinates and scale them isotropically to unit standard
+            deviation (fitted on the training split); off for models with periodic boxes.
         seed: seeds parameters, shuffling and dropout; equal seeds give equal runs.
         eval_every: evaluate on the test split every this many epochs (and after the last).
         latent_points: give every sample a latent mesh of this many farthest-point-sampled nodes
@@ -68,6 +70,7 @@ class TrainConfig:
     normalize_x: bool = True
     normalize_y: bool = True
     normalize_params: bool = True
+    normalize_pos: bool = True
     seed: int = 0
     eval_every: int = 1
     latent_points: int | None = None

@@ -100,8 +100,13 @@ class Trainer:
         self.train_set = prepare(train_set, self.latent)
         self.test_set = prepare(test_set, self.latent) if test_set is not None else None
         self.data_info = describe(self.train_set[0])
+        if c.normalize_pos and (getattr(model, "config", None) or {}).get("periodic") is not None:
+            raise ConfigError(
+                "the model has a periodic box in data units, which normalize_pos would rescale; "
+                "train it with normalize_pos = false"
+            )
         normalizers = fit_normalizers(
-            self.train_set, c.normalize_x, c.normalize_y, c.normalize_params
+            self.train_set, c.normalize_x, c.normalize_y, c.normalize_params, c.normalize_pos
         )
         self.model = NormalizedModel(model, normalizers).to(self.ctx.device)
         self.history: list[dict[str, Any]] = []
