@@ -91,3 +91,27 @@ def test_dense_quantile_mask_keeps_the_quantile_of_every_row():
     kept = (attn > 0).sum(1)
     assert torch.all(kept == 20)  # ceil(0.1 * 199) + ties; random points have none
     assert torch.allclose(attn.sum(1), torch.ones(30))
+
+
+def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path, monkeypatch):
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    runs, out = str(tmp_path / "runs"), str(tmp_path)
+    script("accuracy").main(
+        ["--quick", "--datasets", "darcy", "--models", "pit,mlp", "--runs", runs, "--out", out]
+    )
+    records = json.loads((tmp_path / "accuracy.json").read_text())["records"]
+    assert [r["model"] for r in records] == ["pit", "mlp"]
+    for record in records:
+        assert record["epochs"] >= 1 and record["parameters"] > 0
+        assert 0 < record["test_rel_l2"] < 10
+    grids = records[0]["super_resolution"]
+    assert list(grids) == ["6", "11", "21"]  # the training grid, 2x and 4x finer
+    assert "super_resolution" not in records[1]  # the baseline is not a resolution-free operator
+    assert "zero-shot super-resolution" in (tmp_path / "accuracy.md").read_text()
+
+
+def test_super_resolution_grids_sample_the_same_fine_fields():
+    accuracy = script("accuracy")
+    assert accuracy.super_resolutions(22, 421) == [43, 85]
+    assert accuracy.super_resolutions(6, 41) == [11, 21]
+    assert accuracy.super_resolutions(29, 421) == []  # 56 and 112 intervals do not divide 420

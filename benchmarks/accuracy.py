@@ -1,0 +1,239 @@
+"""Accuracy: every model on every generated dataset under one CPU budget, and Darcy zero-shot
+super-resolution.
+
+Each (dataset, model) pair is trained the way ``meshop train`` does it (the model's and pair's
+presets: the papers' optimisers, schedules and model sizes), on the same splits with the same seed,
+for the same CPU time: one epoch is timed first, and the run gets as many epochs as fit in the
+budget (``--minutes``, per model). It is then evaluated on the test split: mean and median
+per-sample relative L2 (PiT trains Burgers with relative L1, as in its paper; the table reports
+relative L2 for all), parameters, epochs and training time. The Darcy models trained on the coarse
+grid are then evaluated, without retraining, on the same test fields sampled 2x and 4x finer.
+
+    python benchmarks/accuracy.py                      # the full table (about an hour on one core)
+    python benchmarks/accuracy.py --quick              # smoke test: tiny data, one epoch
+    python benchmarks/accuracy.py --datasets darcy --models pit,ono --minutes 5
+
+The generated data is cached in the data root (``--data-dir``, else ``$MESHOP_DATA``, else
+``datasets/``); checkpoints go to ``--runs`` (default ``runs/accuracy``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from common import RESULTS, fmt_time, machine, markdown_table, progress
+
+#: split sizes and dataset options, the same for every model of a dataset
+DATASETS = {
+    "elasticity": dict(num_train=200, num_test=50),
+    "airfoil": dict(num_train=200, num_test=50, num_panels=100, num_layers=20),
+    "darcy": dict(num_train=200, num_test=50, resolution=22, fine_resolution=421),
+    "burgers": dict(num_train=200, num_test=50, resolution=256),
+}
+QUICK = {
+    "elasticity": dict(num_train=4, num_test=2, max_area=0.01),
+    "airfoil": dict(num_train=4, num_test=2, num_panels=30, num_layers=6),
+    "darcy": dict(num_train=4, num_test=2, resolution=6, fine_resolution=41),
+    "burgers": dict(num_train=4, num_test=2, resolution=32, fine_resolution=1024),
+}
+MINUTES = 2.0  # CPU budget of one model on one dataset
+MODELS = ("pit", "galerkin", "fourier", "ono", "mlp")
+#: models evaluated at finer Darcy grids than they were trained on
+SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "ono")
+NAMES = {
+    "pit": "PiT",
+    "galerkin": "Galerkin Transformer",
+    "fourier": "Fourier Transformer",
+    "ono": "ONO",
+    "mlp": "MLP baseline",
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny data, one epoch (smoke test)")
+    parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated names")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated names")
+    parser.add_argument(
+        "--minutes", type=float, default=None, help=f"training time per model (default {MINUTES})"
+    )
+    parser.add_argument("--epochs", type=int, default=None, help="fixed epochs instead of time")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", default=None, help="data root of the generated datasets")
+    parser.add_argument("--runs", type=Path, default=Path("runs/accuracy"))
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
+    return parser.parse_args(argv)
+
+
+def dataset_options(dataset: str, args) -> dict:
+    return dict((QUICK if args.quick else DATASETS)[dataset])
+
+
+def minutes(args) -> float:
+    if args.minutes is not None:
+        return args.minutes
+    return 0.0 if args.quick else MINUTES
+
+
+def super_resolutions(train_resolution: int, fine_resolution: int) -> list[int]:
+    """The grids 2x and 4x finer than the training grid that sample the same fine fields."""
+    out = []
+    for factor in (2, 4):
+        resolution = (train_resolution - 1) * factor + 1
+        if (fine_resolution - 1) % (resolution - 1) == 0:
+            out.append(resolution)
+    return out
+
+
+def run_config(dataset: str, model: str, epochs: int, out: Path, args):
+    from meshop.train.config import RunConfig
+
+    return RunConfig(
+        dataset=dataset,
+        model=model,
+        out=str(out),
+        data_dir=args.data_dir,
+        train={"epochs": epochs, "seed": args.seed, "progress": False, "device": "cpu"},
+        dataset_args={**dataset_options(dataset, args), "seed": args.seed, "progress": False},
+    )
+
+
+def epochs_in_budget(dataset: str, model: str, args) -> tuple[int, float]:
+    """(epochs that fit the time budget, seconds of the timed first epoch)."""
+    from meshop.train import load_model
+    from meshop.train.run import train_run
+
+    if args.epochs is not None:
+        return args.epochs, float("nan")
+    out = args.runs / "timing" / f"{dataset}-{model}"
+    train_run(run_config(dataset, model, 1, out, args), figures=False, log=lambda *_: None)
+    seconds = load_model(out)[1]["history"][0]["epoch_seconds"]
+    return max(1, int(minutes(args) * 60 // seconds)), seconds
+
+
+def train_pair(dataset: str, model: str, args) -> dict:
+    """Train one model on one dataset within the budget; its test error, size and time."""
+    from meshop.train import load_model
+    from meshop.train.run import train_run
+
+    epochs, epoch_seconds = epochs_in_budget(dataset, model, args)
+    out = args.runs / f"{dataset}-{model}"
+    metrics = train_run(
+        run_config(dataset, model, epochs, out, args), figures=False, log=lambda *_: None
+    )
+    net, ckpt = load_model(out)
+    options = dataset_options(dataset, args)
+    return {
+        "dataset": dataset,
+        "model": model,
+        "epochs": epochs,
+        "timed_epoch_seconds": epoch_seconds,
+        "num_train": options["num_train"],
+        "num_test": options["num_test"],
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "test_rel_l2": metrics["test_rel_l2"],
+        "test_rel_l2_median": metrics["test_rel_l2_median"],
+        "train_seconds": sum(h["epoch_seconds"] for h in ckpt["history"]),
+        "checkpoint": str(out),
+    }
+
+
+def super_resolution(record: dict, args) -> dict:
+    """Test error of a Darcy model on grids finer than its training grid."""
+    from meshop.train.run import evaluate_run
+
+    options = dataset_options("darcy", args)
+    errors = {options["resolution"]: record["test_rel_l2"]}
+    for resolution in super_resolutions(options["resolution"], options["fine_resolution"]):
+        result = evaluate_run(
+            record["checkpoint"], args.data_dir, {"resolution": resolution}, batch_size=4
+        )
+        errors[resolution] = result["test_rel_l2"]
+    return errors
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from meshop.datasets.registry import dataset_entry
+
+    datasets = [d for d in args.datasets.split(",") if d]
+    wanted = [m for m in args.models.split(",") if m]
+    records, resolutions = [], {}
+    for dataset in datasets:
+        for model in MODELS:
+            if model not in wanted or model not in dataset_entry(dataset).models:
+                continue
+            progress(f"training {model} on {dataset}")
+            record = train_pair(dataset, model, args)
+            if dataset == "darcy" and model in SUPER_RESOLUTION_MODELS:
+                record["super_resolution"] = super_resolution(record, args)
+                resolutions = record["super_resolution"]
+            error, seconds = record["test_rel_l2"], record["train_seconds"]
+            progress(f"  relative L2 {error:.4f}, trained in {seconds:.0f} s")
+            records.append(record)
+    tables = {}
+    for dataset in datasets:
+        options = dataset_options(dataset, args)
+        rows = [
+            [
+                NAMES[r["model"]],
+                f"{r['parameters']:,}",
+                f"{r['test_rel_l2']:.4f}",
+                f"{r['test_rel_l2_median']:.4f}",
+                r["epochs"],
+                fmt_time(r["train_seconds"]),
+            ]
+            for r in records
+            if r["dataset"] == dataset
+        ]
+        extra = {k: v for k, v in options.items() if k not in ("num_train", "num_test")}
+        caption = (
+            f"{dataset}: {options['num_train']} train / {options['num_test']} test samples"
+            + (f" ({', '.join(f'{k}={v}' for k, v in extra.items())})" if extra else "")
+        )
+        headers = ["model", "parameters", "test rel. L2 (mean)", "median", "epochs", "training"]
+        tables[caption] = markdown_table(headers, rows)
+    if resolutions:
+        grids = list(resolutions)
+        rows = [
+            [NAMES[r["model"]], *(f"{r['super_resolution'][g]:.4f}" for g in grids)]
+            for r in records
+            if "super_resolution" in r
+        ]
+        headers = ["model", f"{grids[0]}x{grids[0]} (training grid)"] + [
+            f"{g}x{g} ({(g - 1) // (grids[0] - 1)}x finer)" for g in grids[1:]
+        ]
+        tables["darcy zero-shot super-resolution: test rel. L2 on finer grids"] = markdown_table(
+            headers, rows
+        )
+    write(args, tables, records)
+
+
+def write(args, tables: dict[str, str], records: list[dict]) -> None:
+    info = {**machine(), "threads": args.threads, "quick": args.quick}
+    budget = f"{args.epochs} epochs" if args.epochs else f"{minutes(args):g} min of training"
+    header = (
+        f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
+        f"({args.threads} torch thread(s)), torch {info['torch']}, seed {args.seed}; "
+        f"budget: {budget} per model and dataset."
+    )
+    parts = ["## Accuracy on the generated datasets", "", header, ""]
+    for caption, table in tables.items():
+        parts += [f"### {caption}", "", table, ""]
+    text = "\n".join(parts)
+    print(text, flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "accuracy.md").write_text(text)
+    (args.out / "accuracy.json").write_text(
+        json.dumps({"machine": info, "records": records}, indent=1, default=str) + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
