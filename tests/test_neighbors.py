@@ -31,6 +31,15 @@ def test_quantile_neighbours_equal_dense_quantile_mask_on_random_clouds(q):
     assert len(index[1]) == len(set(map(tuple, index.t().tolist())))  # no duplicates
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_quantile_neighbours_match_dense_mask_in_the_positions_dtype(dtype):
+    g = torch.Generator().manual_seed(5)
+    pos_src = torch.rand(200, 3, generator=g, dtype=dtype)
+    pos_dst = torch.rand(50, 3, generator=g, dtype=dtype)
+    index = quantile_index(pos_src, pos_dst, 0.07)
+    assert torch.equal(as_mask(index, 50, 200), dense_quantile_mask(pos_src, pos_dst, 0.07))
+
+
 @pytest.mark.parametrize("q", [0.01, 0.02, 0.05, 0.1])
 def test_quantile_neighbours_include_ties_on_a_uniform_grid(q):
     pos = grid_points((17, 17))
@@ -80,3 +89,9 @@ def test_neighbor_index_needs_exactly_one_receptive_field():
     with pytest.raises(ConfigError, match="k must be"):
         neighbor_index(pos, pos, k=0)
     assert neighbor_index(pos, pos, k=3).shape == (2, 30)
+
+
+def test_unsorted_batch_vectors_are_rejected():
+    pos = torch.rand(6, 2)
+    with pytest.raises(ConfigError, match="batch_src must be sorted"):
+        knn_index(pos, pos, 2, torch.tensor([0, 1, 0, 1, 0, 1]), torch.zeros(6, dtype=torch.long))

@@ -20,6 +20,12 @@ def _batches(pos_src, pos_dst, batch_src, batch_dst):
         batch_src = pos_src.new_zeros(len(pos_src), dtype=torch.long)
     if batch_dst is None:
         batch_dst = pos_dst.new_zeros(len(pos_dst), dtype=torch.long)
+    for name, batch in (("batch_src", batch_src), ("batch_dst", batch_dst)):
+        if len(batch) > 1 and bool((batch[1:] < batch[:-1]).any()):
+            raise ConfigError(
+                f"{name} must be sorted (each sample's nodes contiguous, as in a PyG batch); "
+                "sort the nodes by sample first"
+            )
     return batch_src, batch_dst
 
 
@@ -50,11 +56,14 @@ def radius_index(
     return index[:, torch.argsort(index[0], stable=True)]
 
 
-def quantile_rank(num_src: torch.Tensor, q: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank below and interpolation weight of ``torch.quantile(row, q)`` for rows of ``num_src``."""
-    rank = torch.as_tensor(q, dtype=torch.float32) * (num_src.to(torch.float32) - 1)
+def quantile_rank(
+    num_src: torch.Tensor, q: float, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank below and interpolation weight of ``torch.quantile(row, q)`` for rows of ``num_src``
+    values of the given dtype (computed in that dtype, as ``torch.quantile`` does)."""
+    rank = torch.as_tensor(q, dtype=dtype) * (num_src.to(dtype) - 1)
     below = rank.floor().to(torch.long)
-    return below, rank - below.to(torch.float32)
+    return below, rank - below.to(dtype)
 
 
 def quantile_index(pos_src, pos_dst, q: float, batch_src=None, batch_dst=None) -> torch.Tensor:
@@ -71,7 +80,7 @@ def quantile_index(pos_src, pos_dst, q: float, batch_src=None, batch_dst=None) -
     batch_src, batch_dst = _batches(pos_src, pos_dst, batch_src, batch_dst)
     num_batches = int(max(batch_src.max(), batch_dst.max())) + 1
     count = torch.bincount(batch_src, minlength=num_batches)  # sources per sample
-    below, frac = quantile_rank(count, q)  # per sample
+    below, frac = quantile_rank(count, q, pos_src.dtype)  # per sample
     k_needed = int((below + 2).clamp(max=count).max())
     margin = 4
     while True:
