@@ -19,8 +19,8 @@ class Counting(GeneratedDataset):
 def test_samples_depend_only_on_seed_and_index_and_splits_follow_each_other(tmp_path):
     train = Counting(tmp_path, "train", num_train=3, num_test=2, seed=4, progress=False)
     test = Counting(tmp_path, "test", num_train=3, num_test=2, seed=4, progress=False)
-    assert [int(d.index) for d in train] == [0, 1, 2]
-    assert [int(d.index) for d in test] == [3, 4]
+    assert [int(d.sample_id) for d in train] == [0, 1, 2]
+    assert [int(d.sample_id) for d in test] == [3, 4]
     other = Counting(tmp_path, "train", num_train=5, num_test=1, seed=4, progress=False)
     assert torch.equal(other[1].pos, train[1].pos)  # same (seed, index), other split sizes
     expected = np.random.default_rng([4, 1]).random((5, 2))
@@ -47,3 +47,11 @@ def test_bad_split_and_sizes_are_rejected(tmp_path):
         Counting(tmp_path, "valid")
     with pytest.raises(ConfigError, match="at least 1"):
         Counting(tmp_path, num_test=0)
+
+
+def test_sample_ids_survive_batching_unshifted(tmp_path):
+    from meshop import make_loader
+
+    train = Counting(tmp_path, num_train=3, num_test=1, progress=False)
+    batch = next(iter(make_loader(train, batch_size=3)))
+    assert batch.sample_id.tolist() == [0, 1, 2]

@@ -33,6 +33,9 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
 
 SPLITS = ("train", "test")
 
+#: bumped whenever the stored sample layout changes, so that old caches are not reused
+CACHE_FORMAT = 2
+
 
 class GeneratedDataset(InMemoryDataset):
     """A dataset whose samples a real solver generates, deterministically by seed, and caches.
@@ -71,7 +74,12 @@ class GeneratedDataset(InMemoryDataset):
         self.config = dict(config)
         self.progress = progress
         key = json.dumps(
-            {"n": [self.num_train, self.num_test], "seed": self.seed, **self.config},
+            {
+                "n": [self.num_train, self.num_test],
+                "seed": self.seed,
+                "format": CACHE_FORMAT,
+                **self.config,
+            },
             sort_keys=True,
             default=str,
         )
@@ -115,7 +123,7 @@ class GeneratedDataset(InMemoryDataset):
                 ranges[split], desc=f"{self.name} {split}", disable=not self.progress or None
             ):
                 sample = self.generate(i, np.random.default_rng([self.seed, i]))
-                sample.index = torch.tensor([i])
+                sample.sample_id = torch.tensor([i])
                 samples.append(sample)
             self.save(samples, path)
 

@@ -140,7 +140,7 @@ class MeshFolder(InMemoryDataset):
             samples.append(data)
         _check_consistent(samples, self.files)
         for i, data in enumerate(samples):
-            data.index = torch.tensor([i])
+            data.sample_id = torch.tensor([i])
         self.save(samples, self.processed_paths[0])
 
     def __repr__(self) -> str:
