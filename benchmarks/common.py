@@ -270,6 +270,8 @@ def fmt_time(seconds: float | None) -> str:
 def fmt_mb(mb: float | None) -> str:
     if mb is None:
         return "-"
+    if mb >= 1024**2:
+        return f"{mb / 1024**2:.1f} TB"
     if mb >= 1024:
         return f"{mb / 1024:.2f} GB"
     return f"{max(mb, 0.0):.1f} MB"

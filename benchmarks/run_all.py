@@ -3,9 +3,11 @@
     python benchmarks/run_all.py            # the full run (about a quarter of an hour on one core)
     python benchmarks/run_all.py --quick    # smoke test of every script
 
-Options after the script's own are passed to every benchmark (``--threads``, ``--max-gb``,
-``--device``, ``--timeout``, ``--out``). The tables land in ``benchmarks/results/`` (one
-Markdown and one JSON file per benchmark) and together in ``benchmarks/results/all.md``.
+The options are passed to every benchmark (``--threads``, ``--max-gb``, ``--device``,
+``--timeout``, ``--out``). The tables land in ``benchmarks/results/`` (one Markdown and one JSON
+file per benchmark), together in ``benchmarks/results/all.md``, and the figures of
+``benchmarks/plots.py`` beside them. The accuracy table (an hour) is not part of this run:
+``python benchmarks/accuracy.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def main(argv=None) -> None:
         progress(f"== {name} took {time.perf_counter() - start:.0f} s")
         parts.append((args.out / f"{name}.md").read_text())
     (args.out / "all.md").write_text("\n".join(parts))
+    plots = [sys.executable, str(HERE / "plots.py"), "--results", str(args.out)]
+    subprocess.run([*plots, "--out", str(args.out)], check=True)
 
 
 if __name__ == "__main__":

@@ -115,3 +115,33 @@ def test_super_resolution_grids_sample_the_same_fine_fields():
     assert accuracy.super_resolutions(22, 421) == [43, 85]
     assert accuracy.super_resolutions(6, 41) == [11, 21]
     assert accuracy.super_resolutions(29, 421) == []  # 56 and 112 intervals do not divide 420
+
+
+def test_plots_draw_every_figure_from_the_results(tmp_path):
+    def record(**fields):
+        return {"device": "cpu", "time_s": 0.1 * fields.pop("scale"), "peak_mb": 3.0, **fields}
+
+    results = {
+        "position_attention": [
+            record(kind="cross", impl=impl, n_src=n, n_dst=t, backward=True, scale=n / 1e3)
+            for impl in ("meshop", "dense")
+            for n in (1000, 10000)
+            for t in (256, 4096)
+        ],
+        "local_attention": [
+            record(field=f, impl=impl, n_src=n, backward=True, scale=n / 1e3)
+            for f in ("knn", "quantile")
+            for impl in ("meshop", "dense")
+            for n in (1000, 10000)
+        ],
+        "linear_attention": [
+            record(attention=a, n=n, scale=n / 512)
+            for a in ("galerkin", "linear", "fourier", "softmax")
+            for n in (512, 2048)
+        ],
+    }
+    for name, records in results.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps({"records": records}))
+    script("plots").main(["--results", str(tmp_path), "--out", str(tmp_path / "figures")])
+    for name in ("position_attention", "local_attention", "attention_cost"):
+        assert (tmp_path / "figures" / f"benchmarks_{name}.png").stat().st_size > 10_000
