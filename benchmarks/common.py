@@ -93,11 +93,33 @@ def _status_mb(key: str) -> float:
     raise RuntimeError(f"/proc/self/status has no {key}")
 
 
+def _max_rss_mb() -> float:
+    """The process's peak resident set (MB) where /proc is missing (macOS reports bytes)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / MB if sys.platform == "darwin" else peak / 1024
+
+
 def _reset_peak_rss() -> float:
-    """Reset the resident-set high-water mark; return the resident set now (MB)."""
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")
-    return _status_mb("VmRSS")
+    """Reset the resident-set high-water mark; return the resident set now (MB).
+
+    Without ``/proc`` (not Linux) the mark cannot be reset: the peak is then measured from the
+    process's peak so far, which is exact when the step needs more memory than building its
+    inputs did, and an underestimate otherwise."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return _status_mb("VmRSS")
+    except OSError:
+        return _max_rss_mb()
+
+
+def _peak_rss() -> float:
+    try:
+        return _status_mb("VmHWM")
+    except OSError:
+        return _max_rss_mb()
 
 
 def measure(step: Callable[[], object], device: str, min_time: float, max_repeats: int) -> dict:
@@ -120,7 +142,7 @@ def measure(step: Callable[[], object], device: str, min_time: float, max_repeat
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        peak = torch.cuda.max_memory_allocated() / MB if cuda else _status_mb("VmHWM")
+        peak = torch.cuda.max_memory_allocated() / MB if cuda else _peak_rss()
         return seconds, peak - base, peak
 
     # a quick step is called once first (lazy initialisations), then measured warm
