@@ -87,12 +87,17 @@ def _add_train(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-figures", action="store_true", help="do not draw figures at the end")
+    p.add_argument("--threads", type=int, help="CPU threads per process (torch.set_num_threads)")
 
 
 def cmd_train(args) -> int:
     from meshop.train.config import RunConfig, from_dict, load_config
     from meshop.train.run import train_run
 
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     run = load_config(args.config) if args.config else RunConfig()
     for key in ("dataset", "model", "out", "data_dir"):
         if getattr(args, key) is not None:
@@ -211,11 +216,25 @@ def _add_demo(sub) -> None:
     p.add_argument("--data-dir", help="data root (default $MESHOP_DATA or datasets/)")
     p.add_argument("--epochs", type=int, help="override the number of epochs")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads (default 1 unless OMP_NUM_THREADS is set: the demo's models are small, "
+        "and on a busy machine more threads can be many times slower)",
+    )
 
 
 def cmd_demo(args) -> int:
+    import os
+
+    import torch
+
     from meshop.train.demo import run_demo
 
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    elif "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
     run_demo(
         out=args.out,
         quick=args.quick,

@@ -40,14 +40,13 @@ class DemoSettings:
     num_train: int = 500
     num_test: int = 100
     max_area: float = 8e-4
-    epochs: int = 40
-    batch_size: int = 8
-    lr: float = 1e-3
+    epochs: int = 20
+    batch_size: int = 2
+    lr: float = 5e-3
+    eval_every: int = 4
     latent_points: int = 256
     pit: dict[str, Any] = field(
-        default_factory=lambda: dict(
-            width=64, heads=2, blocks=4, encoder_quantile=0.02, decoder_quantile=0.02
-        )
+        default_factory=lambda: dict(width=64, heads=2, blocks=4, encoder_k=20, decoder_k=8)
     )
     mlp: dict[str, Any] = field(default_factory=lambda: dict(hidden_channels=128, num_layers=4))
     vtu_samples: int = 4
@@ -60,8 +59,9 @@ QUICK = DemoSettings(
     max_area=8e-3,
     epochs=2,
     batch_size=4,
+    eval_every=1,
     latent_points=32,
-    pit=dict(width=16, heads=2, blocks=1, encoder_quantile=0.1, decoder_quantile=0.1),
+    pit=dict(width=16, heads=2, blocks=1, encoder_k=8, decoder_k=4),
     mlp=dict(hidden_channels=16, num_layers=3),
     vtu_samples=2,
     new_points=50,
@@ -116,7 +116,8 @@ def run_demo(
         batch_size=s.batch_size,
         lr=s.lr,
         schedule="cosine",
-        clip=None,
+        clip=1.0,
+        eval_every=s.eval_every,
         progress=progress,
     )
     meta = {"dataset": "elasticity", "input_names": [], "target_names": ["von_mises"]}

@@ -104,7 +104,7 @@ def plot_sample(
             ax.set_title(name)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.93) if title else None)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
