@@ -8,9 +8,10 @@ import textwrap
 from pathlib import Path
 
 import torch
-from test_train import quiet, tiny_model, toy_samples
 
 from meshop.train import Trainer, checkpoint
+
+from .test_train import quiet, tiny_model, toy_samples
 
 TESTS = Path(__file__).resolve().parent
 
