@@ -7,22 +7,16 @@ import warnings
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from meshop._pyg import softmax
 from meshop.data.neighbors import neighbor_index, squared_distance
 from meshop.errors import ConfigError
-from meshop.nn.position_attention import (
-    box_lengths,
-    check_lambda_param,
-    check_periodic,
-    init_lambda_theta,
-    positive_lambda,
-)
+from meshop.nn.position_attention import PositionKernel, box_lengths
 
 
-class LocalPositionAttention(nn.Module):
+class LocalPositionAttention(PositionKernel):
     r"""Local position-attention of PiT (eq. (10)): position-attention restricted to a receptive
     field around each target, from a source mesh onto a target mesh (itself when no target is
     given), with one bandwidth :math:`\lambda^h > 0` per head (App. C.2):
@@ -87,11 +81,6 @@ class LocalPositionAttention(nn.Module):
         periodic: float | Sequence[float | None] | None = None,
         max_num_neighbors: int = 1024,
     ):
-        super().__init__()
-        if heads < 1 or out_channels % heads != 0:
-            raise ConfigError(
-                f"out_channels ({out_channels}) must be a positive multiple of heads ({heads})"
-            )
         field = {"quantile": quantile, "k": k, "radius": radius}
         given = {name: value for name, value in field.items() if value is not None}
         if len(given) != 1:
@@ -104,26 +93,9 @@ class LocalPositionAttention(nn.Module):
             raise ConfigError(f"k must be a positive number of neighbours, got {k}")
         if radius is not None and not radius > 0:
             raise ConfigError(f"radius must be positive, got {radius}")
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.heads = heads
-        self.head_channels = out_channels // heads
         self.field = given
         self.max_num_neighbors = max_num_neighbors
-        self.lambda_param = check_lambda_param(lambda_param)
-        self.periodic = check_periodic(periodic)
-        self.lin_v = nn.Linear(in_channels, out_channels, bias=False)
-        self.theta = nn.Parameter(torch.empty(heads))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        self.lin_v.reset_parameters()
-        init_lambda_theta(self.theta, self.lambda_param)
-
-    @property
-    def lam(self) -> Tensor:
-        """The positive bandwidth of each head, [H]."""
-        return positive_lambda(self.theta, self.lambda_param)
+        super().__init__(in_channels, out_channels, heads, lambda_param, periodic)
 
     def neighbors(
         self,

@@ -110,7 +110,45 @@ def sample_slices(batch_src: Tensor, batch_dst: Tensor) -> list[tuple[slice, sli
     return list(zip(*ranges))
 
 
-class PositionAttention(nn.Module):
+class PositionKernel(nn.Module):
+    r"""What every position-attention layer shares: the value projection :math:`W^V` (no bias,
+    ``heads`` blocks of ``out_channels / heads``), one bandwidth :math:`\lambda^h > 0` per head
+    kept positive by ``lambda_param``, and the optional periodic box."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        heads: int = 2,
+        lambda_param: str = "tan",
+        periodic: float | Sequence[float | None] | None = None,
+    ):
+        super().__init__()
+        if heads < 1 or out_channels % heads != 0:
+            raise ConfigError(
+                f"out_channels ({out_channels}) must be a positive multiple of heads ({heads})"
+            )
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.heads = heads
+        self.head_channels = out_channels // heads
+        self.lambda_param = check_lambda_param(lambda_param)
+        self.periodic = check_periodic(periodic)
+        self.lin_v = nn.Linear(in_channels, out_channels, bias=False)
+        self.theta = nn.Parameter(torch.empty(heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_v.reset_parameters()
+        init_lambda_theta(self.theta, self.lambda_param)
+
+    @property
+    def lam(self) -> Tensor:
+        """The positive bandwidth of each head, [H]."""
+        return positive_lambda(self.theta, self.lambda_param)
+
+
+class PositionAttention(PositionKernel):
     r"""Global position-attention of PiT, and cross position-attention when a target mesh is given.
 
     Self-attention on one mesh (PiT eqs. (5)-(6)) and cross attention from a source mesh
@@ -167,30 +205,8 @@ class PositionAttention(nn.Module):
         periodic: float | Sequence[float | None] | None = None,
         chunk_elements: int = 2**20,
     ):
-        super().__init__()
-        if heads < 1 or out_channels % heads != 0:
-            raise ConfigError(
-                f"out_channels ({out_channels}) must be a positive multiple of heads ({heads})"
-            )
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.heads = heads
-        self.head_channels = out_channels // heads
-        self.lambda_param = check_lambda_param(lambda_param)
-        self.periodic = check_periodic(periodic)
         self.chunk_elements = int(chunk_elements)
-        self.lin_v = nn.Linear(in_channels, out_channels, bias=False)
-        self.theta = nn.Parameter(torch.empty(heads))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        self.lin_v.reset_parameters()
-        init_lambda_theta(self.theta, self.lambda_param)
-
-    @property
-    def lam(self) -> Tensor:
-        """The positive bandwidth of each head, [H]."""
-        return positive_lambda(self.theta, self.lambda_param)
+        super().__init__(in_channels, out_channels, heads, lambda_param, periodic)
 
     def forward(
         self,
