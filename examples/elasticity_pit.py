@@ -8,7 +8,7 @@ decodes at any query points: here the mesh nodes during training, and afterwards
 a test cell that belong to no mesh.
 
 Run ``python examples/elasticity_pit.py`` (a few minutes on 2 CPU cores: 200 training samples,
-10 epochs) or with ``--smoke``. ``meshop demo`` is the longer version of the same (500 samples,
+20 epochs) or with ``--smoke``. ``meshop demo`` is the longer version of the same (500 samples,
 an MLP baseline, figures).
 """
 
@@ -33,7 +33,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--out", default="runs/examples/elasticity_pit")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (run by the test suite)")
     parser.add_argument("--num-train", type=int, default=200)
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=20)
     args = parser.parse_args(argv)
     out = Path(args.out)
     sizes = dict(num_train=8, num_test=2, max_area=1e-2) if args.smoke else {}

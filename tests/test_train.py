@@ -10,6 +10,7 @@ from meshop.data import from_points, make_loader, uniform_grid
 from meshop.errors import ConfigError, MeshReadError
 from meshop.models.mlp_baseline import MLPBaseline
 from meshop.train import (
+    LatentMesh,
     NormalizedModel,
     TrainConfig,
     Trainer,
@@ -318,3 +319,21 @@ def test_a_periodic_model_refuses_position_normalisation():
     with pytest.raises(ConfigError, match="normalize_pos = false"):
         Trainer(model, toy_samples(4), None, quiet())
     Trainer(model, toy_samples(4), None, quiet(normalize_pos=False))
+
+
+def test_random_latent_nodes_follow_the_mesh_refinement_and_fps_spreads_them():
+    g = torch.Generator().manual_seed(0)
+    dense = torch.rand(900, 2, generator=g) * 0.1  # a refined corner: 90 % of the nodes
+    sparse = torch.rand(100, 2, generator=g)
+    data = from_points(torch.cat([dense, sparse]))
+    in_corner = {}
+    for sampling in ("random", "fps"):
+        latent = LatentMesh(num_points=50, sampling=sampling)(data)
+        assert getattr(data, "latent_pos", None) is None  # the sample itself is left alone
+        rows = (latent.latent_pos[:, None] == data.pos[None]).all(-1)
+        assert rows.any(1).all() and rows.sum() == 50  # 50 distinct mesh nodes
+        assert torch.equal(
+            LatentMesh(num_points=50, sampling=sampling)(data).latent_pos, latent.latent_pos
+        )
+        in_corner[sampling] = int((latent.latent_pos < 0.1).all(1).sum())
+    assert in_corner["random"] > 35 and in_corner["fps"] < 15

@@ -1,6 +1,7 @@
 """Distributed data parallel: two CPU processes under torchrun train the same model as one process
-with the same global batch."""
+with the same global batch, and `meshop train` runs under torchrun."""
 
+import json
 import os
 import subprocess
 import sys
@@ -10,8 +11,8 @@ from pathlib import Path
 import torch
 
 from meshop.train import Trainer, checkpoint
-
-from .test_train import quiet, tiny_model, toy_samples
+from tests.test_cli import mesh_folder  # noqa: F401 (a fixture)
+from tests.test_train import quiet, tiny_model, toy_samples
 
 TESTS = Path(__file__).resolve().parent
 
@@ -28,26 +29,24 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_two_processes_under_torchrun_train_the_same_model_as_one(tmp_path):
-    script = tmp_path / "train_ddp.py"
-    script.write_text(SCRIPT.format(tests=str(TESTS)))
+def torchrun(*args) -> subprocess.CompletedProcess:
+    """``python -m torch.distributed.run --standalone --nproc_per_node 2 ARGS`` on the CPU."""
     path = os.pathsep.join(filter(None, [str(TESTS.parent), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-    ]
-    result = subprocess.run(
-        [*command, str(script), str(tmp_path / "ddp")],
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    return subprocess.run(
+        [sys.executable, *launcher, *map(str, args)],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_two_processes_under_torchrun_train_the_same_model_as_one(tmp_path):
+    script = tmp_path / "train_ddp.py"
+    script.write_text(SCRIPT.format(tests=str(TESTS)))
+    result = torchrun(script, tmp_path / "ddp")
     assert result.returncode == 0, result.stderr[-3000:]
 
     config = quiet(epochs=2, batch_size=4, schedule="onecycle", clip=0.5, device="cpu")
@@ -60,7 +59,17 @@ def test_two_processes_under_torchrun_train_the_same_model_as_one(tmp_path):
         for key in ("train_loss", "test_rel_l2", "test_rel_l2_median"):
             assert abs(row_ddp[key] - row_single[key]) <= 1e-6 * abs(row_single[key]), key
     assert len(ddp["rng"]) == 2  # one RNG state per process: a resumed DDP run continues exactly
-    assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == [
-        "checkpoint.pt",
-        "metrics.jsonl",
-    ]
+    written = sorted(p.name for p in (tmp_path / "ddp").iterdir())
+    assert written == ["checkpoint.pt", "metrics.jsonl"]
+
+
+def test_meshop_train_runs_under_torchrun(mesh_folder, tmp_path):  # noqa: F811
+    run = tmp_path / "run"
+    result = torchrun(
+        "-m", "meshop.cli", "train", "--dataset", "folder", "--data-dir", mesh_folder,
+        "--dataset-arg", 'inputs=["a"]', "--dataset-arg", 'targets=["u"]', "--model", "mlp",
+        "--epochs", 2, "--batch-size", 4, "--out", run, "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["epoch"] == 2
+    assert checkpoint.load(run)["epoch"] == 2 and (run / "figures" / "loss.png").is_file()

@@ -15,6 +15,7 @@ OPTIMIZERS = ("adam", "adamw")
 SCHEDULES = ("onecycle", "cosine", "constant")
 LOSSES = ("rel_l2", "rel_l1")
 METRICS_FORMATS = ("jsonl", "csv")
+LATENT_SAMPLINGS = ("fps", "random")
 
 
 @dataclass
@@ -48,6 +49,9 @@ class TrainConfig:
         latent_points: give every sample a latent mesh of this many farthest-point-sampled nodes
             (models without latent meshes ignore it; PiT uses the input mesh when it is None).
         latent_grid: or a uniform latent grid of this shape over the sample's bounding box.
+        latent_sampling: how ``latent_points`` are chosen: ``"fps"`` (farthest point sampling,
+            evenly spread) or ``"random"`` (a seeded random subset of the nodes, which follows
+            the mesh's refinement).
         num_workers: DataLoader worker processes.
         device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"``.
         metrics_format: ``"jsonl"`` (metrics.jsonl) or ``"csv"`` (metrics.csv).
@@ -75,6 +79,7 @@ class TrainConfig:
     eval_every: int = 1
     latent_points: int | None = None
     latent_grid: tuple[int, ...] | None = None
+    latent_sampling: str = "fps"
     num_workers: int = 0
     device: str = "auto"
     metrics_format: str = "jsonl"
@@ -93,6 +98,7 @@ class TrainConfig:
             "schedule": SCHEDULES,
             "loss": LOSSES,
             "metrics_format": METRICS_FORMATS,
+            "latent_sampling": LATENT_SAMPLINGS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

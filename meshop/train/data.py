@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import torch
+
 from meshop._pyg import Data
 from meshop.data import add_latent_mesh, node_features
 from meshop.errors import FieldError, MeshError
@@ -12,21 +14,32 @@ from meshop.errors import FieldError, MeshError
 
 @dataclass(frozen=True)
 class LatentMesh:
-    """Transform giving a sample its latent mesh (:func:`meshop.data.add_latent_mesh`).
+    """Transform giving a sample its latent mesh (PiT Sec. 2.3: "sampling or farthest point
+    sampling").
 
-    ``num_points`` farthest-point-sampled nodes, or a ``grid_shape`` grid over the bounding box; the
-    sample is copied, never modified. Seeded, so a sample always gets the same latent mesh.
+    ``num_points`` nodes of the sample chosen by farthest point sampling (``sampling="fps"``,
+    :func:`meshop.data.add_latent_mesh`: evenly spread in space) or uniformly at random
+    (``"random"``: they follow the node density, so graded meshes keep their refinement, e.g.
+    at an airfoil's surface); or a ``grid_shape`` grid over the bounding box. The sample is copied,
+    never modified. Seeded, so a sample always gets the same latent mesh.
     """
 
     num_points: int | None = None
     grid_shape: tuple[int, ...] | None = None
     seed: int = 0
+    sampling: str = "fps"
 
     def __call__(self, data: Data) -> Data:
         if self.num_points is None and self.grid_shape is None:
             return data
+        data = data.clone()
+        if self.sampling == "random" and self.num_points is not None:
+            generator = torch.Generator().manual_seed(self.seed)
+            keep = torch.randperm(len(data.pos), generator=generator)[: self.num_points]
+            data.latent_pos = data.pos[keep.sort().values.to(data.pos.device)]
+            return data
         return add_latent_mesh(
-            data.clone(), num_points=self.num_points, grid_shape=self.grid_shape, seed=self.seed
+            data, num_points=self.num_points, grid_shape=self.grid_shape, seed=self.seed
         )
 
 

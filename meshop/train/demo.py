@@ -40,7 +40,7 @@ class DemoSettings:
     num_train: int = 500
     num_test: int = 100
     max_area: float = 8e-4
-    epochs: int = 20
+    epochs: int = 40
     batch_size: int = 2
     lr: float = 5e-3
     eval_every: int = 4

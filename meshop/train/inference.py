@@ -21,7 +21,7 @@ from meshop.train.data import LatentMesh, check_compatible
 def latent_of(ckpt: dict[str, Any]) -> LatentMesh:
     """The latent-mesh transform a checkpoint's model was trained with."""
     c = from_dict(ckpt["train_config"])
-    return LatentMesh(c.latent_points, c.latent_grid)
+    return LatentMesh(c.latent_points, c.latent_grid, sampling=c.latent_sampling)
 
 
 @torch.no_grad()

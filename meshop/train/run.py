@@ -25,14 +25,14 @@ from meshop.train.presets import preset
 from meshop.train.trainer import Trainer, seed_everything
 
 
-def load_splits(name: str, data_dir: str | None, args: dict[str, Any], splits=("train", "test")):
-    """The named dataset's splits; in a distributed run rank 0 generates (or reads) them first, so
-    the other processes find the cache."""
+def load_splits(name: str, data_dir: str | None, args: dict[str, Any]) -> dict[str, Any]:
+    """The named dataset's train and test splits; in a distributed run rank 0 generates (or reads)
+    them first, so that the other processes find them cached."""
     ctx = setup()
     out = {}
     for turn in (0, 1):
         if (ctx.rank == 0) == (turn == 0):
-            out = {s: build_dataset(name, s, data_dir, **args) for s in splits}
+            out = {s: build_dataset(name, s, data_dir, **args) for s in ("train", "test")}
         barrier(ctx)
     return out
 
@@ -114,7 +114,7 @@ def _test_split(ckpt: dict[str, Any], data_dir: str | None, overrides: dict[str,
         )
     args = {**info.get("dataset_args", {}), **overrides}
     root = data_dir if data_dir is not None else info.get("data_dir")
-    return load_splits(info["dataset"], root, args, splits=("test",))["test"]
+    return build_dataset(info["dataset"], "test", root, **args)  # one process: no barrier
 
 
 def evaluate_run(

@@ -96,7 +96,7 @@ class Trainer:
                 f"the number of processes ({self.ctx.world_size})"
             )
         c = self.config
-        self.latent = LatentMesh(c.latent_points, c.latent_grid)
+        self.latent = LatentMesh(c.latent_points, c.latent_grid, sampling=c.latent_sampling)
         self.train_set = prepare(train_set, self.latent)
         self.test_set = prepare(test_set, self.latent) if test_set is not None else None
         self.data_info = describe(self.train_set[0])
