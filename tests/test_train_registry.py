@@ -68,3 +68,41 @@ def test_build_dataset_passes_the_data_dir_to_the_right_argument(tmp_path):
     assert len(dataset) == 3
     with pytest.raises(MeshReadError, match="needs the published files"):
         build_dataset("darcy-files", "train", str(tmp_path / "empty"))
+
+
+TINY_DATA = {
+    "elasticity": {"num_train": 2, "num_test": 1, "max_area": 0.02},
+    "airfoil": {"num_train": 2, "num_test": 1, "num_panels": 32, "num_layers": 8},
+    "darcy": {"num_train": 2, "num_test": 1, "resolution": 9, "fine_resolution": 17},
+    "burgers": {"num_train": 2, "num_test": 1, "resolution": 32, "fine_resolution": 64},
+}
+TINY_MODELS = {
+    "pit": {"width": 8, "blocks": 1},
+    "galerkin": {"channels": 8, "heads": 1, "layers": 1, "width": 4, "modes": 2},
+    "fourier": {"channels": 8, "heads": 1, "layers": 1, "width": 4, "modes": 2},
+    "ono": {"width": 8, "layers": 1, "k": 2, "heads": 1},
+    "mlp": {"hidden_channels": 8},
+}
+GENERATED_PAIRS = [(d, m) for d, m in PAIRS if d in TINY_DATA]
+
+
+@pytest.mark.parametrize(("dataset", "model"), GENERATED_PAIRS, ids=lambda v: v)
+def test_every_suggested_pair_trains_and_evaluates_on_tiny_data(
+    dataset, model, tmp_path, monkeypatch
+):
+    from meshop.train.config import RunConfig
+    from meshop.train.run import evaluate_run, train_run
+
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    run = RunConfig(
+        dataset=dataset,
+        model=model,
+        out=str(tmp_path / "run"),
+        train={"epochs": 1, "batch_size": 2, "progress": False, "latent_points": None},
+        model_args=TINY_MODELS[model],
+        dataset_args={**TINY_DATA[dataset], "progress": False},
+    )
+    metrics = train_run(run, figures=False, log=lambda *_: None)
+    assert metrics["test_rel_l2"] > 0
+    evaluated = evaluate_run(tmp_path / "run")
+    assert evaluated["test_rel_l2"] == pytest.approx(metrics["test_rel_l2"], rel=1e-4)
