@@ -4,7 +4,7 @@ The demo generates (or loads the cached) Elasticity dataset, trains PiT and a po
 coordinates and cavity parameters with the same optimiser, schedule and epochs, prints both test
 relative L2 errors, and writes into ``out``:
 
-- ``pit/`` and ``mlp/``: checkpoint, metrics log, loss curve;
+- ``pit/`` and ``mlp/``: checkpoint and metrics log of each model;
 - ``test_samples/sample_XXX.vtu``: target, predictions and errors on test meshes (ParaView);
 - ``figures/``: PNGs of test predictions and the loss curves;
 - ``new_points.csv`` / ``new_points.vtu``: PiT predictions at random points of a test cell that are
@@ -35,7 +35,8 @@ from meshop.train.trainer import Trainer, seed_everything
 
 @dataclass
 class DemoSettings:
-    """Sizes of the demo: the full one fits in about 10 minutes on 2 CPU cores."""
+    """Sizes and settings of the demo. The full one took 6 min 31 s on 2 shared CPU cores (one
+    thread), generation included; see docs/training.md for the results."""
 
     num_train: int = 500
     num_test: int = 100

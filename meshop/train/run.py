@@ -132,7 +132,8 @@ def evaluate_run(
     check_compatible(test_set[0], ckpt["data"], "the test data")
     latent = latent_of(ckpt)
     errors = per_sample_errors(model, [latent(d) for d in test_set], batch_size)
-    return {"samples": len(errors), **summarize(errors), "nodes": int(test_set[0].pos.shape[0])}
+    nodes = sum(int(d.pos.shape[0]) for d in test_set) / len(test_set)
+    return {"samples": len(errors), **summarize(errors), "mean_nodes": nodes}
 
 
 def plot_run(
