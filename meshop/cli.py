@@ -249,7 +249,7 @@ def cmd_datasets(args) -> int:
     from meshop.datasets.registry import DATASETS
 
     for name, entry in DATASETS.items():
-        print(f"{name:<12} {entry.description}  [models: {', '.join(entry.models)}]")
+        print(f"{name:<17} {entry.description}  [models: {', '.join(entry.models)}]")
     return 0
 
 
@@ -257,7 +257,7 @@ def cmd_models(args) -> int:
     from meshop.models.registry import MODELS
 
     for name, entry in MODELS.items():
-        print(f"{name:<12} {entry.description}")
+        print(f"{name:<9} {entry.description}")
     return 0
 
 

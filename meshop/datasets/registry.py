@@ -32,12 +32,12 @@ class DatasetEntry:
 DATASETS: dict[str, DatasetEntry] = {
     "elasticity": DatasetEntry(
         "meshop.datasets.elasticity:Elasticity",
-        "stress in a plate with a random cavity (FEM, ~1000-node triangle meshes)",
+        "von Mises stress in an elastic cell with a random cavity (FEM, ~1000-node meshes)",
         ("pit", "ono", "galerkin", "mlp"),
     ),
     "airfoil": DatasetEntry(
         "meshop.datasets.airfoil:Airfoil",
-        "Mach number around random airfoils (structured body-fitted grids)",
+        "pressure coefficient and Mach number around random NACA airfoils (O-meshes)",
         ("pit", "ono", "galerkin", "mlp"),
     ),
     "darcy": DatasetEntry(
