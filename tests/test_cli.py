@@ -265,3 +265,13 @@ def test_incompatible_checkpoint_and_data_are_one_line_errors(mesh_folder, tmp_p
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(Exception, match="does not exist"):
         main(["evaluate", "--checkpoint", str(tmp_path / "none.pt"), "--debug"])
+
+
+def test_python_dash_m_meshop_runs_the_command():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "meshop", "models"], capture_output=True, text=True, check=True
+    )
+    assert "pit" in out.stdout and "galerkin" in out.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from meshop.data import knn_index, node_batch, node_features, query_nodes
+from meshop.data import query_features
 from meshop.nn import MLP
 
 
@@ -60,22 +60,8 @@ class MLPBaseline(nn.Module):
     def reset_parameters(self) -> None:
         self.mlp.reset_parameters()
 
-    def query_features(self, data) -> torch.Tensor:
-        """``[a, x, theta]`` at the query points ([N_query, in_channels])."""
-        if getattr(data, "query_pos", None) is None:
-            return node_features(data)
-        query_pos, query_batch = query_nodes(data)
-        parts = []
-        if getattr(data, "x", None) is not None:
-            nearest = knn_index(data.pos, query_pos, 1, node_batch(data), query_batch)
-            parts.append(data.x[nearest[1]])
-        parts.append(query_pos)
-        if getattr(data, "params", None) is not None:
-            parts.append(data.params[query_batch])
-        return torch.cat(parts, dim=-1)
-
     def forward(self, data) -> torch.Tensor:
-        return self.mlp(self.query_features(data))
+        return self.mlp(query_features(data))
 
     def extra_repr(self) -> str:
         return f"{self.in_channels} -> {self.out_channels}, pos_dim={self.pos_dim}"
