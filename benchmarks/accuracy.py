@@ -65,6 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default=None, help="data root of the generated datasets")
     parser.add_argument("--runs", type=Path, default=Path("runs/accuracy"))
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
+    parser.add_argument(
+        "--tables-from", type=Path, default=None, help="only redraw the tables of an accuracy.json"
+    )
     return parser.parse_args(argv)
 
 
@@ -131,8 +134,7 @@ def train_pair(dataset: str, model: str, args) -> dict:
         "model": model,
         "epochs": epochs,
         "timed_epoch_seconds": epoch_seconds,
-        "num_train": options["num_train"],
-        "num_test": options["num_test"],
+        "options": options,
         "parameters": sum(p.numel() for p in net.parameters()),
         "test_rel_l2": metrics["test_rel_l2"],
         "test_rel_l2_median": metrics["test_rel_l2_median"],
@@ -157,6 +159,10 @@ def super_resolution(record: dict, args) -> dict:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.tables_from is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_tables(args.tables_from, args.out / "accuracy.md")
+        return
     import torch
 
     torch.set_num_threads(args.threads)
@@ -164,7 +170,7 @@ def main(argv=None) -> None:
 
     datasets = [d for d in args.datasets.split(",") if d]
     wanted = [m for m in args.models.split(",") if m]
-    records, resolutions = [], {}
+    records = []
     for dataset in datasets:
         for model in MODELS:
             if model not in wanted or model not in dataset_entry(dataset).models:
@@ -173,66 +179,70 @@ def main(argv=None) -> None:
             record = train_pair(dataset, model, args)
             if dataset == "darcy" and model in SUPER_RESOLUTION_MODELS:
                 record["super_resolution"] = super_resolution(record, args)
-                resolutions = record["super_resolution"]
             error, seconds = record["test_rel_l2"], record["train_seconds"]
             progress(f"  relative L2 {error:.4f}, trained in {seconds:.0f} s")
             records.append(record)
-    tables = {}
-    for dataset in datasets:
-        options = dataset_options(dataset, args)
+    budget = f"{args.epochs} epochs" if args.epochs else f"{minutes(args):g} min of training"
+    info = {**machine(), "threads": args.threads, "seed": args.seed, "budget": budget}
+    info["quick"] = args.quick
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "accuracy.json").write_text(
+        json.dumps({"machine": info, "records": records}, indent=1, default=str) + "\n"
+    )
+    write_tables(args.out / "accuracy.json", args.out / "accuracy.md")
+
+
+def fmt_error(error: float) -> str:
+    return f"{error:.4f}" if error < 100 else f"{error:.1e}"
+
+
+def write_tables(results: Path, path: Path) -> str:
+    """The Markdown tables of an ``accuracy.json`` (printed and written to ``path``)."""
+    data = json.loads(results.read_text())
+    info, records = data["machine"], data["records"]
+    header = (
+        f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
+        f"({info['threads']} torch thread(s)), torch {info['torch']}, seed {info['seed']}; "
+        f"budget: {info['budget']} per model and dataset."
+    )
+    parts = ["## Accuracy on the generated datasets", "", header, ""]
+    for dataset in dict.fromkeys(r["dataset"] for r in records):
         rows = [
             [
                 NAMES[r["model"]],
                 f"{r['parameters']:,}",
-                f"{r['test_rel_l2']:.4f}",
-                f"{r['test_rel_l2_median']:.4f}",
+                fmt_error(r["test_rel_l2"]),
+                fmt_error(r["test_rel_l2_median"]),
                 r["epochs"],
                 fmt_time(r["train_seconds"]),
             ]
             for r in records
             if r["dataset"] == dataset
         ]
+        options = next(r["options"] for r in records if r["dataset"] == dataset)
         extra = {k: v for k, v in options.items() if k not in ("num_train", "num_test")}
         caption = (
             f"{dataset}: {options['num_train']} train / {options['num_test']} test samples"
             + (f" ({', '.join(f'{k}={v}' for k, v in extra.items())})" if extra else "")
         )
         headers = ["model", "parameters", "test rel. L2 (mean)", "median", "epochs", "training"]
-        tables[caption] = markdown_table(headers, rows)
-    if resolutions:
-        grids = list(resolutions)
+        parts += [f"### {caption}", "", markdown_table(headers, rows), ""]
+    finer = [r for r in records if "super_resolution" in r]
+    if finer:
+        grids = [int(g) for g in finer[0]["super_resolution"]]
         rows = [
-            [NAMES[r["model"]], *(f"{r['super_resolution'][g]:.4f}" for g in grids)]
-            for r in records
-            if "super_resolution" in r
+            [NAMES[r["model"]], *(fmt_error(e) for e in r["super_resolution"].values())]
+            for r in finer
         ]
         headers = ["model", f"{grids[0]}x{grids[0]} (training grid)"] + [
             f"{g}x{g} ({(g - 1) // (grids[0] - 1)}x finer)" for g in grids[1:]
         ]
-        tables["darcy zero-shot super-resolution: test rel. L2 on finer grids"] = markdown_table(
-            headers, rows
-        )
-    write(args, tables, records)
-
-
-def write(args, tables: dict[str, str], records: list[dict]) -> None:
-    info = {**machine(), "threads": args.threads, "quick": args.quick}
-    budget = f"{args.epochs} epochs" if args.epochs else f"{minutes(args):g} min of training"
-    header = (
-        f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
-        f"({args.threads} torch thread(s)), torch {info['torch']}, seed {args.seed}; "
-        f"budget: {budget} per model and dataset."
-    )
-    parts = ["## Accuracy on the generated datasets", "", header, ""]
-    for caption, table in tables.items():
-        parts += [f"### {caption}", "", table, ""]
+        caption = "darcy zero-shot super-resolution: test rel. L2 on finer grids"
+        parts += [f"### {caption}", "", markdown_table(headers, rows), ""]
     text = "\n".join(parts)
     print(text, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "accuracy.md").write_text(text)
-    (args.out / "accuracy.json").write_text(
-        json.dumps({"machine": info, "records": records}, indent=1, default=str) + "\n"
-    )
+    path.write_text(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -107,7 +107,12 @@ def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path
     grids = records[0]["super_resolution"]
     assert list(grids) == ["6", "11", "21"]  # the training grid, 2x and 4x finer
     assert "super_resolution" not in records[1]  # the baseline is not a resolution-free operator
-    assert "zero-shot super-resolution" in (tmp_path / "accuracy.md").read_text()
+    tables = (tmp_path / "accuracy.md").read_text()
+    assert "zero-shot super-resolution" in tables
+    redrawn = tmp_path / "redrawn"
+    results = str(tmp_path / "accuracy.json")
+    script("accuracy").main(["--tables-from", results, "--out", str(redrawn)])
+    assert (redrawn / "accuracy.md").read_text() == tables
 
 
 def test_super_resolution_grids_sample_the_same_fine_fields():
