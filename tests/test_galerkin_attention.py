@@ -42,7 +42,7 @@ def dense_reference(layer, x, pos, w, kind):
             return torch.cat([t, pos], dim=-1)
 
         Q, K, V = project(layer.lin_q, "q"), project(layer.lin_k, "k"), project(layer.lin_v, "v")
-        W = torch.diag(w)
+        W = torch.diag(w / w.sum())  # quadrature normalised per sample: a mean over the domain
         if kind == "galerkin":  # eq. (6): Q (K~^T V~) / n
             z = Q @ (K.T @ W @ V)
         elif kind == "fourier":  # eq. (5): (Q~ K~^T) V / n
@@ -229,3 +229,12 @@ def test_encoder_rejects_unknown_attention_and_norm():
         GalerkinEncoderLayer(8, 1, attention="performer")
     with pytest.raises(ConfigError, match="regular"):
         GalerkinEncoderLayer(8, 1, norm="pre")
+
+
+@pytest.mark.parametrize("kind", ["galerkin", "fourier"])
+def test_output_does_not_depend_on_the_scale_of_the_domain_measure(kind):
+    torch.manual_seed(0)
+    layer = LAYERS[kind](8, pos_dim=2, heads=2).double()
+    x, pos = torch.randn(30, 8, dtype=torch.float64), torch.rand(30, 2, dtype=torch.float64)
+    w = torch.rand(30, dtype=torch.float64) + 0.1
+    torch.testing.assert_close(layer(x, pos, None, w), layer(x, pos, None, 700 * w))

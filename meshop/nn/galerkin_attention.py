@@ -75,8 +75,11 @@ class HeadAttention(nn.Module):
     :math:`W \leftarrow \eta U + \delta I` with :math:`U` Xavier-uniform (gain 1), biases zero.
 
     Every sum over nodes is a quadrature per sample: node :math:`j` of sample :math:`b` has weight
-    :math:`w_j` (the domain's ``weight``, summing to its measure; ``1/n_b`` when not given), which
-    is exactly the paper's :math:`1/n` on a uniform grid of the unit box.
+    :math:`w_j / \sum_{l \in b} w_l` (the domain's ``weight`` normalised to sum to one per sample,
+    i.e. integrals are averages over the domain; ``1/n_b`` when not given), which is exactly the
+    paper's :math:`1/n` on a uniform grid. Normalising keeps the layer's scale independent of the
+    domain's size: an airfoil mesh reaching 15 chords out has a measure of about 700, and six
+    layers of raw integrals over it overflow.
 
     Args:
         channels (int): width :math:`d` of the input and output features.
@@ -172,6 +175,7 @@ class HeadAttention(nn.Module):
             t, mask = to_dense_batch(t.reshape(n, heads * e), batch)
             dense.append(t.view(t.shape[0], t.shape[1], heads, e).transpose(1, 2))
         weight, _ = to_dense_batch(weight, batch)
+        weight = weight / weight.sum(1, keepdim=True)  # a mean over each sample's domain
         out = self.attend(*dense, weight.to(x.dtype), mask)  # [B, heads, n_max, e]
         out = out.transpose(1, 2).reshape(mask.shape[0], mask.shape[1], heads * e)[mask]
         return self.lin_out(out)
