@@ -5,9 +5,11 @@ from meshop.data import (
     grid_points,
     knn_index,
     neighbor_index,
+    neighbors,
     quantile_index,
     radius_index,
 )
+from meshop.data.neighbors import sort_edges
 from meshop.errors import ConfigError
 
 
@@ -22,49 +24,123 @@ def as_mask(index, n_dst, n_src):
     return mask
 
 
+METHODS = ["knn", "radius"]
+
+
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("q", [0.0, 0.01, 0.05, 0.2, 0.5, 1.0])
-def test_quantile_neighbours_equal_dense_quantile_mask_on_random_clouds(q):
+def test_quantile_neighbours_equal_dense_quantile_mask_on_random_clouds(q, method):
     g = torch.Generator().manual_seed(1)
     pos_src, pos_dst = torch.rand(300, 2, generator=g), torch.rand(120, 2, generator=g)
-    index = quantile_index(pos_src, pos_dst, q)
+    index = quantile_index(pos_src, pos_dst, q, method=method)
     assert torch.equal(as_mask(index, 120, 300), dense_quantile_mask(pos_src, pos_dst, q))
     assert len(index[1]) == len(set(map(tuple, index.t().tolist())))  # no duplicates
 
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_quantile_neighbours_match_dense_mask_in_the_positions_dtype(dtype):
+def test_quantile_neighbours_match_dense_mask_in_the_positions_dtype(dtype, method):
     g = torch.Generator().manual_seed(5)
     pos_src = torch.rand(200, 3, generator=g, dtype=dtype)
     pos_dst = torch.rand(50, 3, generator=g, dtype=dtype)
-    index = quantile_index(pos_src, pos_dst, 0.07)
+    index = quantile_index(pos_src, pos_dst, 0.07, method=method)
     assert torch.equal(as_mask(index, 50, 200), dense_quantile_mask(pos_src, pos_dst, 0.07))
 
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("q", [0.01, 0.02, 0.05, 0.1])
-def test_quantile_neighbours_include_ties_on_a_uniform_grid(q):
+def test_quantile_neighbours_include_ties_on_a_uniform_grid(q, method):
     pos = grid_points((17, 17))
-    index = quantile_index(pos, pos, q)
+    index = quantile_index(pos, pos, q, method=method)
     dense = dense_quantile_mask(pos, pos, q)
     assert torch.equal(as_mask(index, len(pos), len(pos)), dense)
     # on a grid many neighbours are equidistant: more than ceil(q N) per row must appear
     assert dense.sum(1).max() > torch.ceil(torch.tensor(q * len(pos)))
 
 
-def test_quantile_neighbours_are_per_sample_in_batches_of_different_sizes():
+@pytest.mark.parametrize("method", METHODS)
+def test_quantile_neighbours_are_per_sample_in_batches_of_different_sizes(method):
     g = torch.Generator().manual_seed(2)
-    sizes_src, sizes_dst = [50, 200, 120], [30, 10, 60]
+    # the fourth sample has targets but no sources: its targets get no neighbours
+    sizes_src, sizes_dst = [50, 200, 120, 0, 7], [30, 10, 60, 5, 3]
     pos_src = [torch.rand(n, 3, generator=g) for n in sizes_src]
     pos_dst = [torch.rand(n, 3, generator=g) for n in sizes_dst]
     batch_src = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes_src)])
     batch_dst = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes_dst)])
-    index = quantile_index(torch.cat(pos_src), torch.cat(pos_dst), 0.1, batch_src, batch_dst)
+    index = quantile_index(
+        torch.cat(pos_src), torch.cat(pos_dst), 0.1, batch_src, batch_dst, method=method
+    )
     assert torch.equal(batch_src[index[1]], batch_dst[index[0]])
+    assert bool((index[0][1:] >= index[0][:-1]).all())  # grouped by target
     off_src, off_dst = 0, 0
     full = as_mask(index, sum(sizes_dst), sum(sizes_src))
     for ps, pd in zip(pos_src, pos_dst):
-        block = full[off_dst : off_dst + len(pd), off_src : off_src + len(ps)]
-        assert torch.equal(block, dense_quantile_mask(ps, pd, 0.1))
+        if len(ps) == 0:
+            assert not full[off_dst : off_dst + len(pd)].any()
+        else:
+            block = full[off_dst : off_dst + len(pd), off_src : off_src + len(ps)]
+            assert torch.equal(block, dense_quantile_mask(ps, pd, 0.1))
         off_src, off_dst = off_src + len(ps), off_dst + len(pd)
+
+
+def test_radius_quantile_search_stays_exact_when_its_estimate_is_poor(monkeypatch):
+    # a tiny subsample and no safety margin: most first searches come back short or with the
+    # threshold at their edge, and must be repeated with larger radii
+    monkeypatch.setattr(neighbors, "ESTIMATE_SOURCES", 8)
+    monkeypatch.setattr(neighbors, "SAFETY", 0.5)
+    g = torch.Generator().manual_seed(7)
+    pos_src = torch.rand(2000, 2, generator=g) ** 3  # graded: dense near the origin
+    pos_dst = torch.rand(90, 2, generator=g)
+    index = quantile_index(pos_src, pos_dst, 0.05, method="radius")
+    assert torch.equal(as_mask(index, 90, 2000), dense_quantile_mask(pos_src, pos_dst, 0.05))
+
+
+class _Spy:
+    """torch_cluster with a record of the searches called."""
+
+    def __init__(self, module):
+        self.module, self.calls = module, []
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return getattr(self.module, name)(*args, **kwargs)
+
+        return call
+
+
+def test_auto_quantile_search_uses_radius_search_for_wide_fields(monkeypatch):
+    spy = _Spy(neighbors.torch_cluster)
+    monkeypatch.setattr(neighbors, "torch_cluster", spy)
+    g = torch.Generator().manual_seed(8)
+    pos_src, pos_dst = torch.rand(400, 2, generator=g), torch.rand(30, 2, generator=g)
+    narrow = quantile_index(pos_src, pos_dst, 0.02)  # 8 neighbours: kNN
+    assert spy.calls == ["knn"]
+    monkeypatch.setattr(neighbors, "RADIUS_SEARCH_FROM", 8)
+    spy.calls.clear()
+    wide = quantile_index(pos_src, pos_dst, 0.3)
+    assert "knn" not in spy.calls and "radius" in spy.calls
+    for index, q in ((narrow, 0.02), (wide, 0.3)):
+        assert torch.equal(as_mask(index, 30, 400), dense_quantile_mask(pos_src, pos_dst, q))
+
+
+def test_unknown_quantile_search_is_rejected():
+    pos = torch.rand(10, 2)
+    with pytest.raises(ConfigError, match="unknown quantile search 'exact'"):
+        quantile_index(pos, pos, 0.1, method="exact")
+
+
+@pytest.mark.parametrize("uneven", [False, True])
+def test_sort_edges_orders_by_target_then_source(uneven):
+    g = torch.Generator().manual_seed(9)
+    dst = torch.randint(0, 50, (600,), generator=g)
+    if uneven:  # one target with most edges: the global-sort fallback
+        dst[:500] = 3
+    src = torch.randint(0, 80, (600,), generator=g)
+    key = torch.unique(dst * 80 + src)  # no repeated edges
+    edges = torch.stack([key // 80, key % 80])[:, torch.randperm(len(key), generator=g)]
+    out = sort_edges(edges, 50, 80)
+    assert torch.equal(out, torch.stack([key // 80, key % 80]))
 
 
 def test_knn_and_radius_return_target_source_pairs_grouped_by_target():

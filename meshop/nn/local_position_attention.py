@@ -11,7 +11,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from meshop._pyg import softmax
-from meshop.data.neighbors import neighbor_index, squared_distance
+from meshop.data.neighbors import neighbor_index, sort_edges, squared_distance
 from meshop.errors import ConfigError
 from meshop.nn.position_attention import PositionKernel, box_lengths
 
@@ -116,7 +116,7 @@ class LocalPositionAttention(PositionKernel):
                 max_num_neighbors=self.max_num_neighbors,
                 **self.field,
             )
-            index = index[:, torch.argsort(index[0] * len(pos_src) + index[1])]
+            index = sort_edges(index, len(pos_dst), len(pos_src))
             return index, squared_distance(pos_src, pos_dst, index)
         return self._periodic_neighbors(pos_src, pos_dst, batch_src, batch_dst)
 
