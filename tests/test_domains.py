@@ -146,3 +146,15 @@ def test_query_features_take_inputs_of_the_nearest_node_of_the_same_sample():
     assert torch.allclose(feats, torch.tensor(expected))
     plain = from_points(torch.rand(4, 2), x=torch.rand(4, 1))
     assert torch.equal(query_features(plain), node_features(plain))
+
+
+@pytest.mark.parametrize("first_has_queries", [True, False])
+def test_a_batch_mixing_samples_with_and_without_query_points_is_refused(first_has_queries):
+    with_queries, without = from_points(torch.rand(10, 2)), from_points(torch.rand(12, 2))
+    set_query_points(with_queries, torch.rand(5, 2))
+    samples = [with_queries, without] if first_has_queries else [without, with_queries]
+    where = "only in the first sample" if first_has_queries else "only in sample 1 of the batch"
+    with pytest.raises(MeshError, match=f"same fields \\(query_pos {where}\\)"):
+        next(iter(make_loader(samples, batch_size=2)))
+    # batches whose samples agree still pass, one sample at a time too
+    assert len(list(make_loader(samples, batch_size=1))) == 2

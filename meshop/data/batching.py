@@ -13,10 +13,40 @@ FOLLOW_BATCH = ["latent_pos", "query_pos"]
 
 
 def make_loader(dataset, batch_size: int = 8, shuffle: bool = False, **kwargs) -> DataLoader:
-    """A PyG ``DataLoader`` that gives ``latent_pos`` and ``query_pos`` their batch vectors."""
-    return DataLoader(
+    """A PyG ``DataLoader`` that gives ``latent_pos`` and ``query_pos`` their batch vectors and
+    checks that the samples of every batch carry the same fields (PyG would fail with a bare
+    ``KeyError``, or silently drop e.g. the query points of later samples)."""
+    loader = DataLoader(
         dataset, batch_size=batch_size, shuffle=shuffle, follow_batch=FOLLOW_BATCH, **kwargs
     )
+    loader.collate_fn = _SameFields(loader.collate_fn)
+    return loader
+
+
+class _SameFields:
+    """A collate function that refuses batches whose samples carry different fields."""
+
+    def __init__(self, collate):
+        self.collate = collate
+
+    def __call__(self, samples):
+        if isinstance(samples, list) and samples and isinstance(samples[0], Data):
+            first = set(samples[0].keys())
+            for i, data in enumerate(samples[1:], start=1):
+                keys = set(data.keys())
+                if keys != first:
+                    only_first = sorted(first - keys)
+                    only_this = sorted(keys - first)
+                    what = ", ".join(
+                        [f"{k} only in the first sample" for k in only_first]
+                        + [f"{k} only in sample {i} of the batch" for k in only_this]
+                    )
+                    raise MeshError(
+                        f"the samples of a batch must carry the same fields ({what}); give "
+                        f"every sample the same fields, e.g. set_query_points / add_latent_mesh "
+                        f"on all samples or on none"
+                    )
+        return self.collate(samples)
 
 
 def _vector(data: Data, key: str, n: int, device) -> torch.Tensor:
