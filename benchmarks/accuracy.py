@@ -23,7 +23,15 @@ import argparse
 import json
 from pathlib import Path
 
-from common import RESULTS, fmt_time, machine, markdown_table, progress
+from common import (
+    RESULTS,
+    SECTION_END,
+    SECTION_START,
+    fmt_time,
+    machine,
+    markdown_table,
+    progress,
+)
 
 #: split sizes and dataset options, the same for every model of a dataset
 DATASETS = {
@@ -205,7 +213,7 @@ def write_tables(results: Path, path: Path) -> str:
         f"({info['threads']} torch thread(s)), torch {info['torch']}, seed {info['seed']}; "
         f"budget: {info['budget']} per model and dataset."
     )
-    parts = ["## Accuracy on the generated datasets", "", header, ""]
+    parts = ["## Accuracy on the generated datasets", "", SECTION_START, header, ""]
     for dataset in dict.fromkeys(r["dataset"] for r in records):
         rows = [
             [
@@ -226,7 +234,16 @@ def write_tables(results: Path, path: Path) -> str:
             + (f" ({', '.join(f'{k}={v}' for k, v in extra.items())})" if extra else "")
         )
         headers = ["model", "parameters", "test rel. L2 (mean)", "median", "epochs", "training"]
-        parts += [f"### {caption}", "", markdown_table(headers, rows), ""]
+        parts += [f"### {caption}", ""]
+        for r in records:  # rows measured again later, by another command
+            if r["dataset"] == dataset and "rerun" in r:
+                rerun = r["rerun"]
+                parts += [
+                    f"The {NAMES[r['model']]} row was rerun at {rerun['date']} with "
+                    f"`{rerun['command']}` {rerun['why']}.",
+                    "",
+                ]
+        parts += [markdown_table(headers, rows), ""]
     finer = [r for r in records if "super_resolution" in r]
     if finer:
         grids = [int(g) for g in finer[0]["super_resolution"]]
@@ -239,6 +256,7 @@ def write_tables(results: Path, path: Path) -> str:
         ]
         caption = "darcy zero-shot super-resolution: test rel. L2 on finer grids"
         parts += [f"### {caption}", "", markdown_table(headers, rows), ""]
+    parts += [SECTION_END, ""]
     text = "\n".join(parts)
     print(text, flush=True)
     path.write_text(text)

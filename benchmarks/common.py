@@ -31,6 +31,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: markers around the measured part of a result file, which docs/benchmarks.md includes with
+#: pymdownx.snippets (``--8<-- "benchmarks/results/<name>.md:results"``)
+SECTION_START = "<!-- --8<-- [start:results] -->"
+SECTION_END = "<!-- --8<-- [end:results] -->"
 MB = 2**20
 GB = 2**30
 
@@ -394,12 +398,15 @@ def write_results(
         + (f", GPU {info['gpu']}" if "gpu" in info else ", no GPU")
         + "."
     )
-    parts = [f"## {title}", "", header, ""]
+    parts = [f"## {title}", "", SECTION_START, header, ""]
     for caption, table in tables.items():
         parts += [f"### {caption}", "", table, ""]
+    parts += [SECTION_END, ""]
     text = "\n".join(parts)
     print(text, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.threads != 1:  # the one-thread tables stay; e.g. models_2threads.md next to them
+        name = f"{name}_{args.threads}threads"
     (args.out / f"{name}.md").write_text(text)
     path = args.out / f"{name}.json"
     path.write_text(json.dumps({"machine": info, "records": records}, indent=1) + "\n")

@@ -215,7 +215,13 @@ def training_cases(quick: bool) -> list[tuple[int, int]]:
 def inference_cases(quick: bool) -> list[tuple[int, str]]:
     if quick:
         return [(1000, "quantile"), (2000, "knn"), (4000, "knn")]
-    return [(10**4, "quantile"), (10**5, "quantile"), (10**5, "knn"), (10**6, "knn")]
+    return [
+        (10**4, "quantile"),
+        (10**5, "quantile"),
+        (10**5, "knn"),
+        (10**6, "quantile"),
+        (10**6, "knn"),
+    ]
 
 
 def main(argv=None) -> None:
