@@ -93,7 +93,7 @@ def quantile_rank(
 #: number of nearest neighbours from which :func:`quantile_index` searches by radius instead of
 #: kNN (torch-cluster's kNN keeps each target's ``k`` best in a sorted list: its cost grows
 #: faster than ``k``, while a radius search costs about the neighbours it returns)
-RADIUS_SEARCH_FROM = 256
+RADIUS_SEARCH_FROM = 2000
 #: sources per sample from which the radius search estimates each target's quantile distance
 ESTIMATE_SOURCES = 16384
 QUANTILE_METHODS = ("auto", "knn", "radius")
@@ -157,7 +157,8 @@ def quantile_index(
 
 def _estimated_radius2(pos_src, pos_dst, batch_src, batch_dst, q, count) -> torch.Tensor:
     """Each target's ``q``-quantile squared distance to a random subsample of at most
-    :data:`ESTIMATE_SOURCES` sources of its sample (exact when the sample is that small)."""
+    :data:`ESTIMATE_SOURCES` sources of its sample, rounded up to a sample value (an upper bound
+    of the exact one when the sample is that small)."""
     estimate = pos_dst.new_zeros(len(pos_dst))
     generator = torch.Generator().manual_seed(0)  # fixed subsample, global RNG untouched
     ptr = [0, *count.cumsum(0).tolist()]
@@ -168,11 +169,12 @@ def _estimated_radius2(pos_src, pos_dst, batch_src, batch_dst, q, count) -> torc
             continue
         pick = torch.randperm(n, generator=generator)[:ESTIMATE_SOURCES].to(pos_src.device)
         sub = pos_src[ptr[b] + pick]
+        rank = min(len(sub), math.ceil(q * (len(sub) - 1)) + 1)  # the q-quantile, rounded up
         chunk = max(1, 2**22 // len(sub))
         for start in range(targets.start, targets.stop, chunk):
             stop = min(start + chunk, targets.stop)
             d = (pos_dst[start:stop, None, :] - sub[None]).pow(2).sum(-1)
-            estimate[start:stop] = torch.quantile(d, q, dim=1)
+            estimate[start:stop] = d.kthvalue(rank, dim=1).values
     return estimate
 
 
