@@ -95,6 +95,33 @@ def test_radius_quantile_search_stays_exact_when_its_estimate_is_poor(monkeypatc
     assert torch.equal(as_mask(index, 90, 2000), dense_quantile_mask(pos_src, pos_dst, 0.05))
 
 
+def test_radius_quantile_search_that_hits_its_cap_searches_again_without_it(monkeypatch):
+    monkeypatch.setattr(neighbors, "CAP_FACTOR", 0)  # cap = 64 sources, a target needs ~100
+    g = torch.Generator().manual_seed(10)
+    pos_src, pos_dst = torch.rand(1000, 2, generator=g), torch.rand(40, 2, generator=g)
+    index = quantile_index(pos_src, pos_dst, 0.1, method="radius")
+    assert torch.equal(as_mask(index, 40, 1000), dense_quantile_mask(pos_src, pos_dst, 0.1))
+
+
+def test_radius_quantile_search_with_zero_thresholds_is_exact_and_finishes():
+    # every node twice and q = 0: each threshold is 0, which no search radius can bracket
+    half = torch.rand(300, 2, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    pos = torch.cat([half, half])
+    index = quantile_index(pos, pos, 0.0, method="radius")
+    assert torch.equal(as_mask(index, 600, 600), dense_quantile_mask(pos, pos, 0.0))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 3e19, float("inf")])
+def test_radius_quantile_search_finishes_on_non_finite_distances(bad):
+    g = torch.Generator().manual_seed(12)
+    pos_src = torch.rand(50, 2, generator=g)
+    pos_dst = pos_src[:5].clone()
+    pos_dst[1, 0] = bad  # NaN, or squared distances that overflow float32
+    by_radius = quantile_index(pos_src, pos_dst, 0.1, method="radius")
+    by_knn = quantile_index(pos_src, pos_dst, 0.1, method="knn")
+    assert torch.equal(as_mask(by_radius, 5, 50), as_mask(by_knn, 5, 50))
+
+
 class _Spy:
     """torch_cluster with a record of the searches called."""
 

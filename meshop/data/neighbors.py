@@ -102,6 +102,10 @@ QUANTILE_METHODS = ("auto", "knn", "radius")
 SAFETY = 1.15
 #: largest ratio of squared search radii in one radius search (one torch-cluster call, one tree)
 BIN_RATIO = 1.3
+#: sources one radius search keeps per target, as a multiple of the sources the target needs
+CAP_FACTOR = 4
+#: radius search rounds before the targets still open are left to the kNN search
+MAX_RADIUS_ROUNDS = 6
 
 
 def quantile_index(
@@ -157,8 +161,9 @@ def quantile_index(
 
 def _estimated_radius2(pos_src, pos_dst, batch_src, batch_dst, q, count) -> torch.Tensor:
     """Each target's ``q``-quantile squared distance to a random subsample of at most
-    :data:`ESTIMATE_SOURCES` sources of its sample, rounded up to a sample value (an upper bound
-    of the exact one when the sample is that small)."""
+    :data:`ESTIMATE_SOURCES` sources of its sample (fewer, down to 2048, for many targets),
+    rounded up to a sample value (an upper bound of the exact one when the sample is that
+    small)."""
     estimate = pos_dst.new_zeros(len(pos_dst))
     generator = torch.Generator().manual_seed(0)  # fixed subsample, global RNG untouched
     ptr = [0, *count.cumsum(0).tolist()]
@@ -167,7 +172,10 @@ def _estimated_radius2(pos_src, pos_dst, batch_src, batch_dst, q, count) -> torc
         n, targets = ptr[b + 1] - ptr[b], slice(dst_ptr[b], dst_ptr[b + 1])
         if n == 0 or targets.stop == targets.start:
             continue
-        pick = torch.randperm(n, generator=generator)[:ESTIMATE_SOURCES].to(pos_src.device)
+        # at most about 2^24 distances per sample: fewer sources when it has many targets
+        size = max(2048, 2**24 // (targets.stop - targets.start))
+        pick = torch.randperm(n, generator=generator)[: min(ESTIMATE_SOURCES, size)]
+        pick = pick.to(pos_src.device)
         sub = pos_src[ptr[b] + pick]
         rank = min(len(sub), math.ceil(q * (len(sub) - 1)) + 1)  # the q-quantile, rounded up
         chunk = max(1, 2**22 // len(sub))
@@ -186,42 +194,65 @@ def _quantile_by_radius(pos_src, pos_dst, batch_src, batch_dst, q, count, below,
     start of the target's full sorted row and the interpolated quantile is exact. Targets are
     searched in groups of similar estimated radius (one torch-cluster call each); a target whose
     search came back short, or whose threshold lies at the edge of its search, is searched again
-    with a radius twice as large."""
+    with a radius twice as large. Each search keeps at most :data:`CAP_FACTOR` times the sources a
+    target needs (torch-cluster's CUDA search allocates targets x cap); a target that reaches the
+    cap is searched again without it. Targets still open after :data:`MAX_RADIUS_ROUNDS` rounds
+    (zero or non-finite thresholds: duplicated nodes, NaN or overflowing coordinates) are left to
+    the kNN search, which is exact too."""
     b = batch_dst
     needed = (below[b] + 2).clamp(max=count[b])  # sorted distances each target needs
     search2 = _estimated_radius2(pos_src, pos_dst, batch_src, batch_dst, q, count) * SAFETY
-    tiny = torch.finfo(pos_src.dtype).tiny
-    search2 = search2.clamp(min=tiny)
+    search2 = search2.clamp(min=torch.finfo(pos_src.dtype).tiny)
+    uncapped = torch.zeros(len(pos_dst), dtype=torch.bool, device=pos_dst.device)
     pending = torch.nonzero(count[b] > 0).view(-1)
     kept = []
-    while len(pending):
-        retry = []
+    for _ in range(MAX_RADIUS_ROUNDS):
+        finite = torch.isfinite(search2[pending])
+        left, pending = pending[~finite], pending[finite]
+        if not len(pending):
+            pending = left
+            break
+        retry = [left]
         for targets in _radius_bins(pending, search2):
             targets = targets.sort().values  # torch-cluster needs sorted batch vectors
             r2 = float(search2[targets].max())
+            sample = b[targets]
+            most = int(count[sample].max())
+            cap = most if bool(uncapped[targets].any()) else CAP_FACTOR * int(needed[targets].max())
+            cap = min(most, cap + 64)
             index = torch_cluster.radius(
                 pos_src,
                 pos_dst[targets],
                 math.sqrt(r2),
                 batch_src,
                 batch_dst[targets],
-                max_num_neighbors=int(count.max()),
+                max_num_neighbors=cap,
             )
             index = group_by_target(index)
             dist = squared_distance(pos_src, pos_dst[targets], index)
             found = torch.bincount(index[0], minlength=len(targets))
-            sample = b[targets]
             threshold = _row_quantile(
                 dist, index[0], found, below[sample], frac[sample], count[sample]
             )
-            complete = (found >= needed[targets]) & (
-                (found >= count[sample]) | (threshold * (1 + 1e-5) + 1e-30 < r2)
+            everything = found >= count[sample]
+            truncated = (found >= cap) & ~everything
+            complete = (
+                (found >= needed[targets])
+                & ~truncated
+                & (everything | (threshold * (1 + 1e-5) + 1e-30 < r2))
             )
             keep = complete[index[0]] & (dist <= threshold[index[0]])
             kept.append(torch.stack([targets[index[0][keep]], index[1][keep]]))
             retry.append(targets[~complete])
-            search2[targets[~complete]] = r2 * 2.0
+            uncapped[targets[truncated]] = True
+            search2[targets[~complete & ~truncated]] = r2 * 2.0
         pending = torch.cat(retry)
+    if len(pending):  # left to kNN
+        pending = pending.sort().values
+        index = quantile_index(
+            pos_src, pos_dst[pending], q, batch_src, batch_dst[pending], method="knn"
+        )
+        kept.append(torch.stack([pending[index[0]], index[1]]))
     if not kept:
         return torch.zeros(2, 0, dtype=torch.long, device=pos_src.device)
     return group_by_target(torch.cat(kept, dim=1))
