@@ -239,7 +239,8 @@ def write_tables(results: Path, path: Path) -> str:
             if r["dataset"] == dataset and "rerun" in r:
                 rerun = r["rerun"]
                 parts += [
-                    f"The {NAMES[r['model']]} row was rerun at {rerun['date']} with "
+                    f"The {NAMES[r['model']]} row was {rerun.get('what', 'rerun')} at "
+                    f"{rerun['date']} with "
                     f"`{rerun['command']}` {rerun['why']}.",
                     "",
                 ]

@@ -33,12 +33,12 @@ DATASETS: dict[str, DatasetEntry] = {
     "elasticity": DatasetEntry(
         "meshop.datasets.elasticity:Elasticity",
         "von Mises stress in an elastic cell with a random cavity (FEM, ~1000-node meshes)",
-        ("pit", "ono", "galerkin", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "mlp"),
     ),
     "airfoil": DatasetEntry(
         "meshop.datasets.airfoil:Airfoil",
         "pressure coefficient and Mach number around random NACA airfoils (O-meshes)",
-        ("pit", "ono", "galerkin", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "mlp"),
     ),
     "darcy": DatasetEntry(
         "meshop.datasets.darcy:Darcy",
@@ -53,13 +53,13 @@ DATASETS: dict[str, DatasetEntry] = {
     "elasticity-files": DatasetEntry(
         "meshop.datasets.standard:GeoFNOElasticity",
         "the Geo-FNO Elasticity files (Random_UnitCell_*.npy in --data-dir)",
-        ("pit", "ono", "galerkin", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "mlp"),
         "raw_dir",
     ),
     "airfoil-files": DatasetEntry(
         "meshop.datasets.standard:GeoFNOAirfoil",
         "the Geo-FNO NACA airfoil files (NACA_Cylinder_*.npy in --data-dir)",
-        ("pit", "ono", "galerkin", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "mlp"),
         "raw_dir",
     ),
     "darcy-files": DatasetEntry(
@@ -77,7 +77,7 @@ DATASETS: dict[str, DatasetEntry] = {
     "folder": DatasetEntry(
         "meshop.datasets.mesh_folder:MeshFolder",
         "your own meshes: every file of a folder (--data-dir) is a sample (inputs=, targets=)",
-        ("pit", "ono", "galerkin", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "mlp"),
     ),
 }
 
