@@ -204,6 +204,34 @@ def fmt_error(error: float) -> str:
     return f"{error:.4f}" if error < 100 else f"{error:.1e}"
 
 
+def summary_table(records: list[dict]) -> str:
+    """Mean test relative L2 of every model (rows) on every dataset (columns), and the Darcy
+    models' errors on the finer grids: the table the README shows."""
+    datasets = list(dict.fromkeys(r["dataset"] for r in records))
+    error = {(r["dataset"], r["model"]): r["test_rel_l2"] for r in records}
+    finer = {
+        r["model"]: list(r["super_resolution"].values())[1:]
+        for r in records
+        if "super_resolution" in r
+    }
+    headers = ["model", *(d.capitalize() for d in datasets)]
+    if finer:
+        grids = next(list(r["super_resolution"])[1:] for r in records if "super_resolution" in r)
+        headers.append(f"Darcy {' / '.join(f'{g}x{g}' for g in grids)} (zero-shot)")
+    rows = []
+    for model in dict.fromkeys(
+        r["model"] for r in sorted(records, key=lambda r: MODELS.index(r["model"]))
+    ):
+        row = [
+            NAMES[model],
+            *(fmt_error(error[d, model]) if (d, model) in error else "-" for d in datasets),
+        ]
+        if finer:
+            row.append(" / ".join(fmt_error(e) for e in finer[model]) if model in finer else "-")
+        rows.append(row)
+    return markdown_table(headers, rows)
+
+
 def write_tables(results: Path, path: Path) -> str:
     """The Markdown tables of an ``accuracy.json`` (printed and written to ``path``)."""
     data = json.loads(results.read_text())
@@ -214,6 +242,7 @@ def write_tables(results: Path, path: Path) -> str:
         f"budget: {info['budget']} per model and dataset."
     )
     parts = ["## Accuracy on the generated datasets", "", SECTION_START, header, ""]
+    parts += ["### Mean test relative L2", "", summary_table(records), ""]
     for dataset in dict.fromkeys(r["dataset"] for r in records):
         rows = [
             [

@@ -150,3 +150,9 @@ def test_plots_draw_every_figure_from_the_results(tmp_path):
     script("plots").main(["--results", str(tmp_path), "--out", str(tmp_path / "figures")])
     for name in ("position_attention", "local_attention", "attention_cost"):
         assert (tmp_path / "figures" / f"benchmarks_{name}.png").stat().st_size > 10_000
+
+
+def test_readme_accuracy_table_is_the_measured_one():
+    records = json.loads((BENCHMARKS / "results" / "accuracy.json").read_text())["records"]
+    readme = (BENCHMARKS.parent / "README.md").read_text()
+    assert script("accuracy").summary_table(records) in readme
