@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from meshop.data.neighbors import sample_slices
 from meshop.errors import ConfigError
 
 #: ways to keep each head's lambda positive (PiT App. C.1), see :func:`positive_lambda`
@@ -90,24 +91,6 @@ def minimum_image(delta: Tensor, box: Tensor) -> Tensor:
     periodic = box > 0
     wrapped = delta - box * torch.round(delta / torch.where(periodic, box, torch.ones_like(box)))
     return torch.where(periodic, wrapped, delta)
-
-
-def sample_slices(batch_src: Tensor, batch_dst: Tensor) -> list[tuple[slice, slice]]:
-    """``(source range, target range)`` of each sample, from sorted batch vectors (PyG batches
-    are sorted; a missing batch vector means one sample)."""
-    for name, batch in (("batch_src", batch_src), ("batch_dst", batch_dst)):
-        if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
-            raise ConfigError(
-                f"{name} is not sorted; position-attention expects the nodes of each sample to be "
-                f"contiguous, as in a PyG DataLoader batch (sort the nodes by sample first)"
-            )
-    both = torch.cat([batch_src, batch_dst])
-    num_samples = int(both.max()) + 1 if both.numel() else 0
-    ranges = []
-    for batch in (batch_src, batch_dst):
-        ptr = torch.bincount(batch, minlength=num_samples).cumsum(0).tolist()
-        ranges.append([slice(start, stop) for start, stop in zip([0, *ptr[:-1]], ptr)])
-    return list(zip(*ranges))
 
 
 class PositionKernel(nn.Module):
