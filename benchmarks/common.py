@@ -197,6 +197,20 @@ def _context():
     return ctx
 
 
+def run_cli_case(
+    prepare: Callable[..., Callable[[], object]], params: dict, device: str, args
+) -> dict:
+    """:func:`run_case` with the options every script takes from its command line."""
+    return run_case(
+        prepare,
+        params,
+        device=device,
+        threads=args.threads,
+        timeout=args.timeout,
+        min_time=args.min_time,
+    )
+
+
 def run_case(
     prepare: Callable[..., Callable[[], object]],
     params: dict,

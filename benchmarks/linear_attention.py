@@ -24,7 +24,7 @@ from common import (
     parse_args,
     progress,
     result_of,
-    run_case,
+    run_cli_case,
     skip_note,
     write_results,
 )
@@ -89,14 +89,7 @@ def main(argv=None) -> None:
                     record["skipped"] = f"skipped: O(n^2) time above n = {MAX_QUADRATIC_N}"
                 else:
                     progress(f"{device} {attention} n={n}")
-                    record |= run_case(
-                        prepare,
-                        dict(attention=attention, n=n),
-                        device=device,
-                        threads=args.threads,
-                        timeout=args.timeout,
-                        min_time=args.min_time,
-                    )
+                    record |= run_cli_case(prepare, dict(attention=attention, n=n), device, args)
                 records.append(record)
     tables = {
         f"{device.upper()}, forward + backward, batch {BATCH}": table(records, device)

@@ -25,7 +25,7 @@ from common import (
     devices,
     parse_args,
     progress,
-    run_case,
+    run_cli_case,
     skip_note,
     write_results,
 )
@@ -153,14 +153,7 @@ def main(argv=None) -> None:
                     else:
                         progress(f"{device} {field} {impl} N={n} backward={backward}")
                         params = dict(impl=impl, field=field, n=n, backward=backward)
-                        record |= run_case(
-                            prepare,
-                            params,
-                            device=device,
-                            threads=args.threads,
-                            timeout=args.timeout,
-                            min_time=args.min_time,
-                        )
+                        record |= run_cli_case(prepare, params, device, args)
                     records.append(record)
     fields = {
         "quantile": f"{QUANTILE:.0%} quantile, N sources onto {LATENT} targets",

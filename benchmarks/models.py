@@ -31,7 +31,7 @@ from common import (
     parse_args,
     progress,
     result_of,
-    run_case,
+    run_cli_case,
     skip_note,
     write_results,
 )
@@ -251,13 +251,11 @@ def main(argv=None) -> None:
                         record["estimated_peak_mb"] = gb * 1024
                     else:
                         progress(f"{device} training {model} {impl} N={n} batch={batch_size}")
-                        record |= run_case(
+                        record |= run_cli_case(
                             prepare_training,
                             dict(impl=impl, model=model, n=n, batch_size=batch_size),
-                            device=device,
-                            threads=args.threads,
-                            timeout=args.timeout,
-                            min_time=args.min_time,
+                            device,
+                            args,
                         )
                     if "time_s" in record:
                         record["samples_per_s"] = batch_size / record["time_s"]
@@ -279,14 +277,7 @@ def main(argv=None) -> None:
                 )
             else:
                 progress(f"{device} PiT inference N={n} fields={fields}")
-                record |= run_case(
-                    prepare_inference,
-                    dict(n=n, fields=fields),
-                    device=device,
-                    threads=args.threads,
-                    timeout=args.timeout,
-                    min_time=args.min_time,
-                )
+                record |= run_cli_case(prepare_inference, dict(n=n, fields=fields), device, args)
             records.append(record)
     tables = {}
     for device in devices(args):

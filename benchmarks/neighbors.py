@@ -25,7 +25,7 @@ from common import (
     parse_args,
     progress,
     result_of,
-    run_case,
+    run_cli_case,
     write_results,
 )
 
@@ -68,14 +68,7 @@ def main(argv=None) -> None:
         for operation, n in cases(args.quick):
             progress(f"{device} {operation} N={n}")
             record = dict(device=device, operation=operation, n=n)
-            record |= run_case(
-                prepare,
-                dict(operation=operation, n=n),
-                device=device,
-                threads=args.threads,
-                timeout=args.timeout,
-                min_time=args.min_time,
-            )
+            record |= run_cli_case(prepare, dict(operation=operation, n=n), device, args)
             records.append(record)
     tables = {f"{device.upper()}": table(records, device) for device in devices(args)}
     write_results(

@@ -18,7 +18,7 @@ from common import (
     devices,
     parse_args,
     progress,
-    run_case,
+    run_cli_case,
     skip_note,
     write_results,
 )
@@ -139,7 +139,7 @@ def main(argv=None) -> None:
                         record["estimated_peak_mb"] = gb * 1024
                     else:
                         progress(f"{device} {kind} {impl} {n_src}->{n_dst} backward={backward}")
-                        record |= run_case(
+                        record |= run_cli_case(
                             prepare,
                             dict(
                                 impl=impl,
@@ -147,10 +147,8 @@ def main(argv=None) -> None:
                                 n_dst=None if kind == "global" else n_dst,
                                 backward=backward,
                             ),
-                            device=device,
-                            threads=args.threads,
-                            timeout=args.timeout,
-                            min_time=args.min_time,
+                            device,
+                            args,
                         )
                     records.append(record)
     tables = {
