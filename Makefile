@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint format docs bench clean-venv
+.PHONY: install demo test lint format docs docs-check bench clean-venv
 
 install:
 	bash scripts/install.sh
@@ -24,6 +24,19 @@ format:
 
 docs: install
 	$(VENV)/bin/mkdocs build --strict
+
+# The built site in a real browser, offline: formulas rendered, no external request, nothing cut
+# off. Installs Debian's chromium and chromium-driver (root or sudo) and Selenium, which the default
+# install leaves out.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+docs-check: install
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ $(SUDO) apt-get update && \
+		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+		  chromium chromium-driver; }
+	@$(PY) -c "import selenium" 2>/dev/null || \
+		$(PY) -m pip install -q -c $(VENV)/torch-constraints.txt "selenium>=4.11"
+	$(PY) scripts/docs_check.py $(DOCS_CHECK_ARGS)
 
 bench: install
 	$(PY) benchmarks/run_all.py
