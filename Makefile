@@ -28,6 +28,7 @@ docs: install
 # The built site in a real browser, offline: formulas rendered, no external request, nothing cut
 # off. Installs Debian's chromium and chromium-driver (root or sudo) and Selenium, which the default
 # install leaves out.
+DOCS_CHECK_ARGS ?= --all
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 docs-check: install
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \

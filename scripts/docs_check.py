@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -207,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         drv = browser(Path(tmp) / "chromium-profile")
         try:
             print(f"[docs-check] {drv.capabilities.get('browserVersion')} headless", flush=True)
-            problems = sum((check_page(drv, base, p, args.shots) for p in pages), [])
+            problems = [x for p in pages for x in check_page(drv, base, p, args.shots)]
         finally:
             drv.quit()
             server.shutdown()

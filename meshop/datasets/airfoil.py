@@ -206,10 +206,15 @@ def airfoil_flow(
     and the isentropic local Mach number (:func:`local_mach`).
 
     Args:
-        camber, camber_position, thickness: the NACA 4-digit parameters (see :func:`naca4`).
+        camber: maximum camber, a chord fraction (see :func:`naca4`).
+        camber_position: position of the maximum camber, a chord fraction.
+        thickness: maximum thickness, a chord fraction.
         alpha: angle of attack in degrees.
         mach: free-stream Mach number.
-        num_panels, num_layers, first_layer, farfield: the mesh (see :func:`naca4`, :func:`o_mesh`).
+        num_panels: panels on the surface = nodes around the O-mesh (see :func:`naca4`).
+        num_layers: cell layers of the O-mesh (see :func:`o_mesh`).
+        first_layer: height of the first cell layer, in chords.
+        farfield: outer radius of the O-mesh, in chords.
 
     Returns:
         A ``meshio.Mesh`` of quads (points with z = 0) with point data ``"Cp"`` and ``"Mach"``
@@ -249,15 +254,20 @@ class Airfoil(GeneratedDataset):
     Args:
         root: data root (default ``$MESHOP_DATA`` or the repository's ``datasets/``).
         split: ``"train"`` or ``"test"``.
-        num_train, num_test: split sizes (the test samples follow the training samples).
+        num_train: training samples.
+        num_test: test samples (they follow the training samples).
         seed: random seed; sample ``i`` is drawn from ``default_rng([seed, i])``.
-        camber, camber_position, thickness: ranges of the NACA parameters (chord fractions).
+        camber: range of the maximum camber (chord fraction).
+        camber_position: range of the maximum camber's position (chord fraction).
+        thickness: range of the maximum thickness (chord fraction).
         alpha: range of the angle of attack in degrees.
         mach: range of the free-stream Mach number.
         num_panels: panels on the surface = nodes around the O-mesh.
-        num_layers, first_layer, farfield: the O-mesh's cell layers, first cell height and
-            outer radius in chords (see :func:`o_mesh`).
-        transform, progress: as in :class:`~meshop.datasets.GeneratedDataset`.
+        num_layers: cell layers of the O-mesh (see :func:`o_mesh`).
+        first_layer: height of the first cell layer, in chords.
+        farfield: outer radius of the O-mesh, in chords.
+        transform: PyG transform applied on access.
+        progress: show a tqdm progress bar while generating.
     """
 
     name = "airfoil"

@@ -105,7 +105,8 @@ class Burgers(GeneratedDataset):
     Args:
         root: data root (default ``$MESHOP_DATA`` or the repository's ``datasets/``).
         split: ``"train"`` or ``"test"``.
-        num_train, num_test: split sizes (the test samples follow the training samples).
+        num_train: training samples.
+        num_test: test samples (they follow the training samples).
         seed: random seed; sample ``i`` is drawn from ``default_rng([seed, i])``.
         resolution: nodes of the returned grid; must divide ``fine_resolution``.
         fine_resolution: nodes of the solver grid (8192 as in the FNO / Galerkin data).
@@ -114,9 +115,12 @@ class Burgers(GeneratedDataset):
             target at t = 1 keeps about 1% of the initial amplitude).
         t_final: the time of the target.
         time_step: the solver's largest time step.
-        alpha, tau, sigma: the initial data's law
+        alpha: exponent :math:`\\alpha` of the initial data's law
             :math:`\\mathcal N(0, \\sigma^2(-\\Delta+\\tau^2 I)^{-\\alpha})`.
-        transform, progress: as in :class:`~meshop.datasets.GeneratedDataset`.
+        tau: inverse length scale :math:`\\tau` of that law.
+        sigma: amplitude :math:`\\sigma` of that law.
+        transform: PyG transform applied on access.
+        progress: show a tqdm progress bar while generating.
     """
 
     name = "burgers"

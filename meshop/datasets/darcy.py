@@ -91,15 +91,19 @@ class Darcy(GeneratedDataset):
     Args:
         root: data root (default ``$MESHOP_DATA`` or the repository's ``datasets/``).
         split: ``"train"`` or ``"test"``.
-        num_train, num_test: split sizes (the test samples follow the training samples).
+        num_train: training samples.
+        num_test: test samples (they follow the training samples).
         seed: random seed; sample ``i`` is drawn from ``default_rng([seed, i])``.
         resolution: nodes per axis of the returned grid; ``fine_resolution - 1`` must be a multiple
             of ``resolution - 1``.
         fine_resolution: nodes per axis of the solver grid (421 as in the FNO data:
             43, 61, 85, 106, 141, 211 and 421 are its subsamples).
-        alpha, tau: the random field's covariance :math:`(-\\Delta + \\tau^2 I)^{-\\alpha}`.
+        alpha: exponent :math:`\\alpha` of the random field's covariance
+            :math:`(-\\Delta + \\tau^2 I)^{-\\alpha}`.
+        tau: inverse length scale :math:`\\tau` of that covariance.
         coefficients: the values of ``a`` where the field is ``>= 0`` and ``< 0``.
-        transform, progress: as in :class:`~meshop.datasets.GeneratedDataset`.
+        transform: PyG transform applied on access.
+        progress: show a tqdm progress bar while generating.
     """
 
     name = "darcy"

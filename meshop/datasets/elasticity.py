@@ -60,7 +60,8 @@ class Elasticity(GeneratedDataset):
     Args:
         root: data root (default ``$MESHOP_DATA`` or the repository's ``datasets/``).
         split: ``"train"`` or ``"test"``.
-        num_train, num_test: split sizes; sample ``i`` depends only on ``seed`` and ``i``.
+        num_train: training samples; sample ``i`` depends only on ``seed`` and ``i``.
+        num_test: test samples (they follow the training samples).
         seed: random seed of the cavity shapes.
         material: ``"linear"`` (Hooke) or ``"neo-hookean"`` (Newton with load stepping, slower).
         num_modes: K, the number of Fourier modes of the cavity.

@@ -70,7 +70,8 @@ def panel_frame_velocity(
     Args:
         points: [M, 2] evaluation points, none of them a panel node.
         nodes: [N + 1, 2] closed clockwise body polygon.
-        gamma_start, gamma_end: strengths at the start and end node of each panel ([N] or scalars).
+        gamma_start: strength at the start node of each panel ([N] or a scalar).
+        gamma_end: strength at the end node of each panel ([N] or a scalar).
 
     Returns:
         ``(u, v)``, each [M, N]: the velocity along and normal to each panel.

@@ -89,10 +89,13 @@ class GalerkinTransformer(nn.Module):
         norm (str): ``"new"`` (eq. (4), per-head LN inside the attention) or ``"regular"``
             (eq. (7)).
         hidden_channels (int, optional): FFN width of the encoder (default :math:`2d`).
-        dropout (float): attention dropout. ffn_dropout (float): encoder FFN dropout.
-        eta, delta (float): diagonal initialization (eq. (17)).
+        dropout (float): attention dropout.
+        ffn_dropout (float): encoder FFN dropout.
+        eta (float): gain of the Xavier part of the attention projections (eq. (17)).
+        delta (float): diagonal added to the attention projection matrices (eq. (17)).
         decoder (str): ``"spectral"`` or ``"ffn"``.
-        width, modes (int, optional): spectral regressor width and Fourier modes per axis.
+        width (int, optional): width of the spectral regressor.
+        modes (int, optional): Fourier modes per axis of the spectral regressor.
         spectral_layers (int): spectral convolution layers.
         project (bool, optional): project to ``width`` before the spectral layers (2D default).
         coarse_shape (int or sequence, optional): the CiNN coarse grid (2D); default every third

@@ -89,8 +89,10 @@ class PiT(nn.Module):
             distances from a latent node to the input mesh).
         decoder_quantile (float, optional): receptive field of the decoder (quantile of the
             distances from a query point to the latent mesh).
-        encoder_k, decoder_k (int, optional): a k-nearest-neighbour receptive field instead.
-        encoder_radius, decoder_radius (float, optional): a radius receptive field instead.
+        encoder_k (int, optional): a k-nearest-neighbour receptive field of the encoder instead.
+        decoder_k (int, optional): a k-nearest-neighbour receptive field of the decoder instead.
+        encoder_radius (float, optional): a radius receptive field of the encoder instead.
+        decoder_radius (float, optional): a radius receptive field of the decoder instead.
         decoder_blocks (int): processor blocks applied on the query mesh after the decoder's
             attention (Table 9 uses one for InviscidBurgers and ShockTube); O(N_u^2) time.
         lambda_param (str): ``"tan"`` (paper), ``"softplus"`` or ``"square"``.

@@ -57,7 +57,8 @@ class GalerkinEncoderLayer(nn.Module):
         hidden_channels (int, optional): FFN width :math:`h` (default :math:`2d`).
         dropout (float): attention dropout (training only).
         ffn_dropout (float): FFN dropout (training only).
-        eta, delta (float): diagonal initialization of the attention projections (eq. (17)).
+        eta (float): gain of the Xavier part of the attention projections (eq. (17)).
+        delta (float): diagonal added to the attention projection matrices (eq. (17)).
 
     Shapes:
         - input: ``x`` [N, d], ``pos`` [N, pos_dim], ``batch`` [N], ``weight`` [N] (quadrature

@@ -145,7 +145,9 @@ class HeadAttention(nn.Module):
         """The attention of one layer type on dense per-sample blocks.
 
         Args:
-            q, k, v: [B, heads, n_max, e] (zero rows where ``mask`` is False).
+            q: [B, heads, n_max, e] queries (zero rows where ``mask`` is False).
+            k: [B, heads, n_max, e] keys (zero rows where ``mask`` is False).
+            v: [B, heads, n_max, e] values (zero rows where ``mask`` is False).
             weight: [B, n_max] quadrature weights (zero on padding).
             mask: [B, n_max] True on real nodes.
 

@@ -31,7 +31,8 @@ def relative_lp(
     """Relative Lp error ``||pred - target||_p / ||target||_p`` of each sample, then reduced.
 
     Args:
-        pred, target: [N, C] values at the nodes of all samples of a batch.
+        pred: [N, C] predicted values at the nodes of all samples of a batch.
+        target: [N, C] target values at the same nodes.
         batch: [N] sample index of each node (None: one sample).
         p: 2 for the relative L2 of the papers, 1 for PiT's Burgers/ShockTube.
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one value per sample).

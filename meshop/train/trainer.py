@@ -69,7 +69,8 @@ class Trainer:
 
     Args:
         model: a meshop model, ``model(batch) -> [N_query, C_out]``, with a ``config`` dict.
-        train_set, test_set: sequences of ``Data`` with targets ``y`` (``test_set`` may be None).
+        train_set: a sequence of ``Data`` with targets ``y``.
+        test_set: a sequence of ``Data`` with targets ``y``, or None.
         config: the :class:`TrainConfig`.
         out_dir: where checkpoints and metrics go (None: nothing is written, no resume).
         meta: extra information stored in the checkpoint (dataset name and arguments, field names).
