@@ -55,7 +55,7 @@ const t0 = Date.now();
     .filter((el) => !el.querySelector('mjx-container')).length;
   if (mj && mj.startup && mj.startup.promise && pending === 0) {
     mj.startup.promise.then(() => done({ok: true, waited: Date.now() - t0}));
-  } else if (Date.now() - t0 > 60000) {
+  } else if (Date.now() - t0 > 20000) {
     done({ok: false, pending: pending, mathjax: typeof mj});
   } else {
     setTimeout(poll, 100);
@@ -131,7 +131,10 @@ def browser(profile: Path):
     for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={profile}"]:
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    return webdriver.Chrome(service=Service(driver), options=options)
+    drv = webdriver.Chrome(service=Service(driver), options=options)
+    drv.set_script_timeout(60)  # the page's own wait (WAIT_JS) gives up after 20 s
+    drv.set_page_load_timeout(60)
+    return drv
 
 
 def check_page(drv, base: str, page: str, shots: Path) -> list[str]:
