@@ -175,7 +175,7 @@ def check_page(drv, base: str, page: str, shots: Path) -> list[str]:
         if entry["level"] == "SEVERE":
             problems.append(f"console error: {entry['message'][:200]}")
     print(
-        f"[docs-check] {page:<28} {found['formulas']:4d} formulas rendered, "
+        f"[docs-check] {page or '/':<28} {found['formulas']:4d} formulas rendered, "
         f"{len(problems)} problem(s), MathJax done after {waited.get('waited', '?')} ms",
         flush=True,
     )
