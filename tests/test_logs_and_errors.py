@@ -36,12 +36,15 @@ def test_no_progress_bars_when_output_is_not_a_terminal(capsys):
     assert len(lines) == 3 and all(line.startswith("epoch ") for line in lines)
 
 
-def test_progress_bars_on_a_terminal(capsys, monkeypatch):
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+@pytest.mark.parametrize("stdout_tty, stderr_tty", [(True, True), (False, True), (True, False)])
+def test_progress_bars_only_when_both_streams_are_terminals(
+    stdout_tty, stderr_tty, capsys, monkeypatch
+):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: stdout_tty, raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: stderr_tty, raising=False)
     tiny_train(epochs=1)
     _, err = capsys.readouterr()
-    assert "epoch 1/1" in err and "batch" in err
+    assert ("epoch 1/1" in err and "batch" in err) == (stdout_tty and stderr_tty)
 
 
 def test_csv_query_with_a_non_number_names_the_line_and_value(tmp_path, capsys):

@@ -122,4 +122,4 @@ def test_a_field_with_different_components_across_files_is_rejected(tmp_path):
     with pytest.raises(
         FieldError, match=r"field 'vm' has 3 components in 'b\.vtu' but 1 in 'a\.vtu'"
     ):
-        MeshFolder(tmp_path, targets="vm", progress=False)
+        MeshFolder(tmp_path, targets=["u", "vm"], progress=False)
