@@ -9,7 +9,8 @@ the input fields ``normals`` [N, 3] and ``inflow`` [N, 3] (``U`` at every node) 
 
 1. loads the folder (:class:`meshop.datasets.MeshFolder`: each field keeps its name and its
    3 components; the weights are the triangles' areas),
-2. trains PiT on it (checkpoint in ``OUT/run``),
+2. trains a model on it (checkpoint in ``OUT/run``): the MLP baseline by default, since these
+   targets are pointwise functions of the inputs, or PiT with ``--model pit``,
 3. predicts on the sample mesh ``datasets/meshes/sphere_surface.vtu`` (given an ``inflow``
    field) and writes ``OUT/prediction_surface.vtu``: ``pressure`` and a vector ``velocity`` for
    ParaView's glyphs,
@@ -21,7 +22,7 @@ the input fields ``normals`` [N, 3] and ``inflow`` [N, 3] (``U`` at every node) 
 Run ``python examples/surface_meshes_3d.py`` or with ``--smoke`` for a seconds-long check. The
 same steps from the shell::
 
-    meshop train --dataset folder --data-dir OUT/meshes --model pit \\
+    meshop train --dataset folder --data-dir OUT/meshes --model mlp \\
         --dataset-arg 'inputs=["normals", "inflow"]' \\
         --dataset-arg 'targets=["pressure", "velocity"]' --out OUT/run
     meshop predict --checkpoint OUT/run --mesh sphere.vtu --out pred.vtu --integrate
@@ -39,6 +40,7 @@ from scipy.spatial import ConvexHull
 from meshop.data import mesh_integrals, node_features
 from meshop.datasets.mesh_folder import MeshFolder
 from meshop.models import PiT
+from meshop.models.registry import build_model
 from meshop.train import TrainConfig, Trainer, predict_file, seed_everything
 from meshop.train.inference import prediction_integrals
 
@@ -72,6 +74,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (run by the test suite)")
     parser.add_argument("--cases", type=int, default=100, help="simulation files to write")
     parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--model", choices=["mlp", "pit"], default="mlp")
     args = parser.parse_args(argv)
     cases, epochs, num_points = (8, 1, 150) if args.smoke else (args.cases, args.epochs, 600)
     out = Path(args.out)
@@ -89,18 +92,20 @@ def main(argv=None) -> dict:
     test_set = MeshFolder(folder, split="test", progress=False, **fields)
     print(f"fields: inputs {train_set.input_fields}, targets {train_set.target_fields}")
 
-    # 2. train PiT (latent mesh: 64 farthest points of each surface)
+    # 2. train a model; its input width counts the fields' components, coordinates included
     seed_everything(0)
     width = 16 if args.smoke else 64
-    model = PiT(
-        node_features(train_set[0]).shape[1], 4, pos_dim=3, width=width, encoder_k=16, decoder_k=8
-    )
+    in_channels = node_features(train_set[0]).shape[1]  # normals 3 + inflow 3 + coordinates 3
+    if args.model == "pit":  # latent mesh: 64 farthest points of each surface
+        model = PiT(in_channels, 4, pos_dim=3, width=width, encoder_k=16, decoder_k=8)
+    else:
+        model = build_model("mlp", in_channels=in_channels, out_channels=4, pos_dim=3)
     config = TrainConfig(
         epochs=epochs,
         batch_size=4,
         lr=3e-3,
         schedule="cosine",
-        latent_points=64,
+        latent_points=64 if args.model == "pit" else None,
         progress=not args.smoke,
     )
     metrics = Trainer(model, train_set, test_set, config, out / "run").fit()

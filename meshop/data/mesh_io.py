@@ -332,7 +332,8 @@ def read_meshio(path: str | os.PathLike, file_format: str | None = None) -> mesh
             ".msh, .vtu, .vtk, .xdmf, .inp, .med, .obj, .ply, .stl; pass file_format=... "
             "if the extension does not tell the format"
         ) from (None if isinstance(exc, SystemExit) else exc)
-    sys.stderr.write(said.getvalue())  # warnings of a successful read
+    if said.getvalue().strip():
+        sys.stderr.write(said.getvalue())  # warnings of a successful read
     return mesh
 
 
