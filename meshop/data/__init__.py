@@ -41,7 +41,7 @@ from meshop.data.neighbors import (
     squared_distance,
 )
 from meshop.data.normalizers import GaussianNormalizer
-from meshop.data.weights import cell_measures, lumped_mass_weights
+from meshop.data.weights import cell_measures, knn_weights, lumped_mass_weights
 
 __all__ = [
     "FOLLOW_BATCH",
@@ -61,6 +61,7 @@ __all__ = [
     "group_weights",
     "integrate",
     "knn_index",
+    "knn_weights",
     "latent_nodes",
     "lumped_mass_weights",
     "make_loader",
