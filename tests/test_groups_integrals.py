@@ -177,3 +177,8 @@ def test_predict_integrate_reports_integrals_of_the_models_predictions(tmp_path,
             "--out", tmp_path / "p3.vtu", "--group", "top"]  # fmt: skip
     assert main([str(a) for a in argv]) == 2
     assert "needs --integrate" in capsys.readouterr().err
+    argv = ["predict", "--checkpoint", tmp_path / "run", "--mesh", new,
+            "--out", tmp_path / "p4.vtu", "--integrate", "--group", "wall"]  # fmt: skip
+    assert main([str(a) for a in argv]) == 2
+    assert "no cell group 'wall'" in capsys.readouterr().err
+    assert not (tmp_path / "p4.vtu").exists()  # refused before anything was written
