@@ -189,6 +189,13 @@ def cmd_predict(args) -> int:
             "--integrate needs a mesh: predict at the nodes of --mesh, or give --query as a mesh "
             "file (points in a CSV file have no cells to integrate over)"
         )
+    where = args.query if args.query is not None else args.mesh
+    if args.group:  # before predicting, so that a wrong name writes no file
+        from meshop.data import group_weights, read_meshio
+
+        mesh = read_meshio(where)
+        for name in args.group:
+            group_weights(mesh, name, source=where)
 
     params = None
     if args.params is not None:
@@ -211,7 +218,6 @@ def cmd_predict(args) -> int:
     if args.integrate:
         from meshop.train.inference import prediction_integrals
 
-        where = args.query if args.query is not None else args.mesh
         print(json.dumps(prediction_integrals(args.checkpoint, pred, where, args.group or [])))
     return 0
 
