@@ -5,7 +5,9 @@ lumped-mass weights :math:`w_i` of the top-dimensional cells (:mod:`meshop.data.
 named group (a gmsh physical group or cell set: a boundary curve, a wall surface, a region) the
 weights are the lumped mass of the group's own cells (lengths of its lines, areas of its
 triangles, ...). On simplices this is exact for fields that are linear on every cell: the
-integral of the piecewise-linear interpolant.
+integral of the piecewise-linear interpolant. A point cloud without cells is integrated with the
+density-based :func:`~meshop.data.weights.knn_weights`, as :func:`~meshop.data.read_mesh` weights
+it.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def mesh_integrals(
     if not isinstance(mesh, meshio.Mesh):
         source, mesh = str(mesh), read_meshio(mesh)
     cells = [(block.type, np.asarray(block.data)) for block in mesh.cells]
-    weights = {DOMAIN: lumped_mass_weights(_points(mesh, True), cells, source=source)}
+    points = _points(mesh, True)
+    weights = {DOMAIN: lumped_mass_weights(points, cells, source=source, point_weights="knn")}
     for name in groups:
         weights[name] = group_weights(mesh, name, source=source)
     out: dict[str, dict[str, float | list[float]]] = {}
