@@ -159,10 +159,43 @@ def _add_predict(sub) -> None:
     p.add_argument("--out", required=True, help="output file: a mesh format or .csv")
     p.add_argument("--params", help="per-sample parameters, comma separated (if trained with them)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument(
+        "--inputs",
+        help="the mesh's fields that supply the model's inputs, comma separated "
+        "(default: the names used in training)",
+    )
+    p.add_argument(
+        "--integrate",
+        action="store_true",
+        help="print the integral of each predicted field over the mesh (its own quadrature) as "
+        "JSON; with --query, the query must be a mesh file",
+    )
+    p.add_argument(
+        "--group",
+        action="append",
+        metavar="NAME",
+        help="with --integrate: integrate over this named group of the mesh too (a gmsh "
+        "physical group or cell set, e.g. a wall); repeatable",
+    )
 
 
 def cmd_predict(args) -> int:
     from meshop.train.inference import predict_file
+
+    if args.group and not args.integrate:
+        raise ConfigError("--group NAME needs --integrate")
+    if args.integrate and args.query is not None and args.query.lower().endswith((".csv", ".txt")):
+        raise ConfigError(
+            "--integrate needs a mesh: predict at the nodes of --mesh, or give --query as a mesh "
+            "file (points in a CSV file have no cells to integrate over)"
+        )
+    where = args.query if args.query is not None else args.mesh
+    if args.group:  # before predicting, so that a wrong name writes no file
+        from meshop.data import group_weights, read_meshio
+
+        mesh = read_meshio(where)
+        for name in args.group:
+            group_weights(mesh, name, source=where)
 
     params = None
     if args.params is not None:
@@ -179,8 +212,13 @@ def cmd_predict(args) -> int:
         query=args.query,
         params=params,
         overwrite=args.overwrite,
+        inputs=[n.strip() for n in args.inputs.split(",")] if args.inputs else None,
     )
     print(f"wrote {path} ({pred.shape[0]} points, {pred.shape[1]} output channels)")
+    if args.integrate:
+        from meshop.train.inference import prediction_integrals
+
+        print(json.dumps(prediction_integrals(args.checkpoint, pred, where, args.group or [])))
     return 0
 
 

@@ -17,6 +17,7 @@ WRITES = {
     "darcy_galerkin": ["run/metrics.jsonl"],
     "burgers_galerkin_fourier": ["galerkin/metrics.jsonl", "fourier/metrics.jsonl"],
     "bring_your_own_meshes": ["prediction_nodes.vtu", "prediction_grid.vtu", "meshes/case_000.vtu"],
+    "surface_meshes_3d": ["prediction_surface.vtu", "prediction_shell.csv", "meshes/case_000.vtu"],
 }
 
 
@@ -54,3 +55,12 @@ def test_bring_your_own_meshes_predicts_on_a_grid_beyond_the_cells(tmp_path, mon
     assert grid.point_data["u"].shape == (121,) and np.isfinite(grid.point_data["u"]).all()
     nodes = meshio.read(tmp_path / "prediction_nodes.vtu")
     assert {"f", "u"} <= set(nodes.point_data)
+
+
+def test_surface_example_writes_vector_fields_on_the_sample_sphere(tmp_path, capsys):
+    load(EXAMPLES[0].with_name("surface_meshes_3d.py")).main(["--smoke", "--out", str(tmp_path)])
+    surface = meshio.read(tmp_path / "prediction_surface.vtu")
+    assert surface.points.shape == (400, 3) and surface.point_data["velocity"].shape == (400, 3)
+    header = (tmp_path / "prediction_shell.csv").read_text().splitlines()[0]
+    assert header == "x,y,z,pressure,velocity_0,velocity_1,velocity_2"
+    assert "integral of the pressure over the surface" in capsys.readouterr().out

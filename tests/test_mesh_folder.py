@@ -69,7 +69,7 @@ def test_second_construction_reads_the_cache_until_the_folder_changes(folder, mo
     def no_reading(*args, **kwargs):
         raise AssertionError("cached files must not be read again")
 
-    monkeypatch.setattr(module, "read_mesh", no_reading)
+    monkeypatch.setattr(module, "read_meshio", no_reading)
     cached = MeshFolder(folder, targets="vm", split="all", progress=False)
     torch.testing.assert_close(cached[4].y, first[4].y)
     monkeypatch.undo()
@@ -119,5 +119,7 @@ def test_a_field_with_different_components_across_files_is_rejected(tmp_path):
     other = square_mesh(3)
     other.point_data["vm"] = np.ones((9, 3))
     meshio.write(tmp_path / "b.vtu", other)
-    with pytest.raises(FieldError, match=r"'b\.vtu' has 3 y components but 'a\.vtu' has 1"):
-        MeshFolder(tmp_path, targets="vm", progress=False)
+    with pytest.raises(
+        FieldError, match=r"field 'vm' has 3 components in 'b\.vtu' but 1 in 'a\.vtu'"
+    ):
+        MeshFolder(tmp_path, targets=["u", "vm"], progress=False)

@@ -89,10 +89,11 @@ def test_cell_data_is_averaged_to_nodes_when_asked(tmp_path):
 
 
 def test_point_cloud_without_cells_gets_uniform_weights_and_writes_vertices(tmp_path):
-    data = from_meshio(meshio.Mesh(np.random.default_rng(0).random((10, 3)), []))
+    cloud = meshio.Mesh(np.random.default_rng(0).random((10, 3)), [])
+    data = from_meshio(cloud, point_weights="uniform")
     assert torch.allclose(data.weight, torch.full((10,), 0.1))
     path = write_mesh(tmp_path / "cloud.vtu", data)
-    back = read_mesh(path)
+    back = read_mesh(path, point_weights="uniform")
     assert torch.equal(back.pos, data.pos)
     assert torch.allclose(back.weight, data.weight)
     assert mesh_cells(back)[0][0] == "vertex"
@@ -117,8 +118,10 @@ def test_missing_file_names_the_file(tmp_path):
 def test_unreadable_file_names_the_file_and_formats(tmp_path):
     bad = tmp_path / "garbage.vtu"
     bad.write_text("this is not a mesh")
-    with pytest.raises(MeshReadError, match="cannot read mesh file .*garbage.vtu"):
+    with pytest.raises(MeshReadError, match="cannot read mesh file .*garbage.vtu") as info:
         read_mesh(bad)
+    assert "meshio said: " in str(info.value) and "Couldn't read file" in str(info.value)
+    assert "SystemExit" not in str(info.value) and info.value.__cause__ is None
     unknown = tmp_path / "mesh.unknownext"
     unknown.write_text("1 2 3")
     with pytest.raises(MeshReadError, match="file_format"):

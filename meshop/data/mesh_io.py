@@ -4,8 +4,8 @@ A domain carries (see docs/domains.md):
 
 - ``pos`` [N, dim] float32 node coordinates (a 3D file whose z column is all zero gives dim = 2);
 - ``x`` [N, C_in] / ``y`` [N, C_out]: the selected point fields, stacked in the order asked for;
-- ``weight`` [N]: lumped-mass quadrature weights of the top-dimensional cells (``1/N`` without
-  cells);
+- ``weight`` [N]: lumped-mass quadrature weights of the top-dimensional cells (a point cloud
+  without cells: estimated from the local point density, ``knn_weights``);
 - ``face`` [3, F]: triangles; every other cell block as ``cell_index_<type>`` [nodes per cell, M]
   (both are shifted by the node offset when PyG batches samples);
 - ``params`` [1, P]: optional constant per-sample parameters;
@@ -14,7 +14,10 @@ A domain carries (see docs/domains.md):
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,9 +33,19 @@ from meshop.data.weights import (
     lumped_mass_weights,
     top_dimensional_cells,
 )
-from meshop.errors import FieldError, FileExistsMeshopError, MeshError, MeshReadError
+from meshop.errors import (
+    ConfigError,
+    FieldError,
+    FileExistsMeshopError,
+    MeshError,
+    MeshReadError,
+)
 
 CELL_PREFIX = "cell_index_"
+#: an input named ``group:<name>`` is 1 on the nodes of the file's group ``<name>``, else 0
+GROUP_PREFIX = "group:"
+#: ``groups="masks"`` stores the nodes of group ``<name>`` as ``data["group_<name>"]`` [N] bool
+MASK_PREFIX = "group_"
 _FieldNames = str | Sequence[str] | None
 
 
@@ -90,14 +103,95 @@ def _cell_data_to_nodes(
     return total / np.maximum(mass, np.finfo(float).tiny)[:, None]
 
 
+def group_cells(mesh: meshio.Mesh) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """The named cell groups of a file: ``{name: [(cell type, connectivity [M, k]), ...]}``.
+
+    Gmsh physical groups (``$PhysicalNames`` with the cells' physical tags) and meshio
+    ``cell_sets`` (Abaqus element sets, MED families, ...), boundary groups (lines of a 2D mesh,
+    triangles of a 3D one) and region groups alike.
+    """
+    groups: dict[str, list[tuple[str, np.ndarray]]] = {}
+    physical = mesh.cell_data.get("gmsh:physical")
+    for name, value in (mesh.field_data or {}).items():
+        value = np.asarray(value).ravel()
+        if physical is None or len(value) < 2:
+            continue
+        tag, dim = int(value[0]), int(value[1])
+        blocks = [
+            (block.type, np.asarray(block.data)[np.asarray(physical[i]) == tag])
+            for i, block in enumerate(mesh.cells)
+            if cell_dimension(block.type) == dim
+        ]
+        if any(len(conn) for _, conn in blocks):
+            groups[name] = [(t, c) for t, c in blocks if len(c)]
+    for name, per_block in (mesh.cell_sets or {}).items():
+        if name.startswith("gmsh:") or name in groups:
+            continue
+        blocks = [
+            (mesh.cells[i].type, np.asarray(mesh.cells[i].data)[np.asarray(ids, dtype=np.int64)])
+            for i, ids in enumerate(per_block)
+            if ids is not None and len(ids)
+        ]
+        if blocks:
+            groups[name] = blocks
+    return groups
+
+
+def group_masks(mesh: meshio.Mesh) -> dict[str, np.ndarray]:
+    """``{name: bool [N]}``: the nodes of each named group (cell groups, see :func:`group_cells`,
+    and meshio ``point_sets`` such as Abaqus node sets), sorted by name."""
+    n = len(mesh.points)
+    masks = {}
+    for name, blocks in group_cells(mesh).items():
+        mask = np.zeros(n, dtype=bool)
+        for _, conn in blocks:
+            mask[conn.ravel()] = True
+        masks[name] = mask
+    for name, nodes in (mesh.point_sets or {}).items():
+        if not name.startswith("gmsh:") and name not in masks:
+            mask = np.zeros(n, dtype=bool)
+            mask[np.asarray(nodes, dtype=np.int64)] = True
+            masks[name] = mask
+    return dict(sorted(masks.items()))
+
+
+GROUPS = (None, "features", "masks")
+
+
+def _with_groups(mesh: meshio.Mesh, inputs: _FieldNames, groups: str | None) -> list[str]:
+    """The input names, with ``group:<name>`` for every group of the file when ``groups`` is
+    ``"features"``."""
+    if groups not in GROUPS:
+        raise ConfigError(f"groups must be one of {GROUPS}, got {groups!r}")
+    names = _names(inputs)
+    if groups == "features":
+        names += [GROUP_PREFIX + g for g in group_masks(mesh) if GROUP_PREFIX + g not in names]
+    return names
+
+
 def _field_columns(
     mesh: meshio.Mesh, points: np.ndarray, names: list[str], cell_data_to_nodes: bool, source: str
 ) -> np.ndarray | None:
-    if not names:
-        return None
-    columns = []
+    columns = _fields(mesh, points, names, cell_data_to_nodes, source)
+    return np.concatenate(columns, axis=1) if columns else None
+
+
+def _fields(
+    mesh: meshio.Mesh, points: np.ndarray, names: list[str], cell_data_to_nodes: bool, source: str
+) -> list[np.ndarray]:
+    """Each named field as an array [N, components] at the nodes."""
+    columns, masks = [], None
     for name in names:
-        if name in mesh.point_data:
+        if name.startswith(GROUP_PREFIX) and name not in mesh.point_data:
+            masks = group_masks(mesh) if masks is None else masks
+            group = name[len(GROUP_PREFIX) :]
+            if group not in masks:
+                raise FieldError(
+                    f"{source}: mesh has no group '{group}'; its groups are {sorted(masks)} "
+                    "(gmsh physical groups, cell sets and point sets)"
+                )
+            columns.append(masks[group].astype(np.float64)[:, None])
+        elif name in mesh.point_data:
             columns.append(
                 _as_columns(mesh.point_data[name], len(points), name, source, points.shape[1] == 2)
             )
@@ -114,7 +208,40 @@ def _field_columns(
                 f"it has point fields {sorted(mesh.point_data)} "
                 f"and cell fields {sorted(mesh.cell_data)}"
             )
-    return np.concatenate(columns, axis=1)
+    return columns
+
+
+def _points(mesh: meshio.Mesh, drop_zero_z: bool, source: str) -> np.ndarray:
+    points = np.asarray(mesh.points, dtype=np.float64)
+    if points.ndim != 2 or len(points) == 0:
+        raise MeshError(f"{source}: the mesh is empty (no points); check the file or the exporter")
+    _check_finite(points, "point coordinates", source)
+    if drop_zero_z and points.shape[1] == 3 and np.all(points[:, 2] == 0.0):
+        points = points[:, :2]
+    return points
+
+
+def field_layout(
+    mesh: meshio.Mesh,
+    names: _FieldNames,
+    *,
+    cell_data_to_nodes: bool = False,
+    groups: str | None = None,
+    drop_zero_z: bool = True,
+    source: str = "<meshio.Mesh>",
+) -> list[tuple[str, int]]:
+    """``[(name, components), ...]``: how :func:`from_meshio` stacks the named fields into ``x``
+    or ``y`` (a scalar has 1 component, a vector of a 2D mesh 2, of a 3D mesh 3; ``groups`` as
+    in :func:`from_meshio`).
+
+    Example:
+        >>> field_layout(mesh, ["load", "normals"])  # doctest: +SKIP
+        [('load', 1), ('normals', 3)]
+    """
+    points = _points(mesh, drop_zero_z, source)
+    names = _with_groups(mesh, names, groups)
+    columns = _fields(mesh, points, names, cell_data_to_nodes, source)
+    return [(name, int(c.shape[1])) for name, c in zip(names, columns)]
 
 
 def from_meshio(
@@ -124,6 +251,8 @@ def from_meshio(
     *,
     cell_data_to_nodes: bool = False,
     params: Sequence[float] | np.ndarray | torch.Tensor | None = None,
+    groups: str | None = None,
+    point_weights: str = "knn",
     drop_zero_z: bool = True,
     source: str = "<meshio.Mesh>",
 ) -> Data:
@@ -136,15 +265,20 @@ def from_meshio(
         cell_data_to_nodes: also accept cell-data fields, averaged to nodes (weighted by cell
             measure).
         params: constant per-sample parameters, stored as ``params`` [1, P].
+        groups: the file's named groups (gmsh physical groups, cell and point sets: see
+            :func:`group_masks`) as node data: ``"features"`` appends to ``x`` one 0/1 column
+            ``group:<name>`` per group (sorted by name), marking the nodes that lie on it (which
+            nodes are clamped, loaded, on the wall); ``"masks"`` stores each group's nodes as
+            ``data["group_<name>"]`` [N] bool. A single group is also an input by the name
+            ``"group:<name>"``.
+        point_weights: weights of a point cloud (a file without cells of dimension >= 1):
+            ``"knn"`` (local point density, :func:`meshop.data.weights.knn_weights`: integrals do
+            not depend on where the cloud is denser) or ``"uniform"`` (``1/N``).
         drop_zero_z: store 3D points whose last coordinate is all zero as 2D.
         source: name used in error messages.
     """
-    points = np.asarray(mesh.points, dtype=np.float64)
-    if points.ndim != 2 or len(points) == 0:
-        raise MeshError(f"{source}: the mesh is empty (no points); check the file or the exporter")
-    _check_finite(points, "point coordinates", source)
-    if drop_zero_z and points.shape[1] == 3 and np.all(points[:, 2] == 0.0):
-        points = points[:, :2]
+    input_names = _with_groups(mesh, inputs, groups)
+    points = _points(mesh, drop_zero_z, source)
     cells = [(block.type, np.asarray(block.data, dtype=np.int64)) for block in mesh.cells]
     for cell_type, conn in cells:
         if conn.size and (conn.min() < 0 or conn.max() >= len(points)):
@@ -152,11 +286,11 @@ def from_meshio(
                 f"{source}: {cell_type} cells refer to nodes outside 0..{len(points) - 1}; "
                 "the file is corrupt or was written with another node numbering"
             )
-    weight = lumped_mass_weights(points, cells, source=source)
+    weight = lumped_mass_weights(points, cells, source=source, point_weights=point_weights)
 
     data = Data(pos=torch.as_tensor(points, dtype=torch.float32))
     data.weight = torch.as_tensor(weight, dtype=torch.float32)
-    x = _field_columns(mesh, points, _names(inputs), cell_data_to_nodes, source)
+    x = _field_columns(mesh, points, input_names, cell_data_to_nodes, source)
     y = _field_columns(mesh, points, _names(targets), cell_data_to_nodes, source)
     if x is not None:
         data.x = torch.as_tensor(x, dtype=torch.float32)
@@ -168,8 +302,39 @@ def from_meshio(
         data[key] = torch.cat([data[key], block], dim=1) if key in data else block
     if params is not None:
         data.params = torch.as_tensor(np.asarray(params), dtype=torch.float32).reshape(1, -1)
+    if groups == "masks":
+        for name, mask in group_masks(mesh).items():
+            data[MASK_PREFIX + name] = torch.as_tensor(mask)
     data.source = source
     return data
+
+
+def read_meshio(path: str | os.PathLike, file_format: str | None = None) -> meshio.Mesh:
+    """``meshio.read`` with errors that say which file failed and what meshio said.
+
+    Raises:
+        MeshReadError: the file is missing or meshio cannot read it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MeshReadError(f"mesh file '{path}' does not exist (working directory: {Path.cwd()})")
+    said = io.StringIO()  # meshio prints its reasons, then raises SystemExit
+    try:
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            mesh = meshio.read(path, file_format=file_format)
+    except (Exception, SystemExit) as exc:
+        reasons = [" ".join(said.getvalue().split())]
+        if not isinstance(exc, SystemExit):
+            reasons.append(f"{type(exc).__name__}: {exc}")
+        raise MeshReadError(
+            f"cannot read mesh file '{path}': meshio said: {' '.join(r for r in reasons if r)}. "
+            "meshio reads e.g. "
+            ".msh, .vtu, .vtk, .xdmf, .inp, .med, .obj, .ply, .stl; pass file_format=... "
+            "if the extension does not tell the format"
+        ) from (None if isinstance(exc, SystemExit) else exc)
+    if said.getvalue().strip():
+        sys.stderr.write(said.getvalue())  # warnings of a successful read
+    return mesh
 
 
 def read_mesh(
@@ -179,6 +344,8 @@ def read_mesh(
     *,
     cell_data_to_nodes: bool = False,
     params: Sequence[float] | np.ndarray | torch.Tensor | None = None,
+    groups: str | None = None,
+    point_weights: str = "knn",
     file_format: str | None = None,
     drop_zero_z: bool = True,
 ) -> Data:
@@ -186,32 +353,44 @@ def read_mesh(
 
     Example:
         >>> data = read_mesh("plate.vtu", inputs=["load"], targets=["sigma_vm"])  # doctest: +SKIP
+        >>> data = read_mesh("bracket.msh", targets=["u"], groups="features")  # doctest: +SKIP
+
+    The keyword arguments are those of :func:`from_meshio`.
 
     Raises:
         MeshReadError: the file is missing or meshio cannot read it.
         FieldError: a requested field does not exist (the message lists those that do).
         MeshError: empty mesh, NaN/Inf, degenerate cells, mixed dimensions.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise MeshReadError(f"mesh file '{path}' does not exist (working directory: {Path.cwd()})")
-    try:
-        mesh = meshio.read(path, file_format=file_format)
-    except (Exception, SystemExit) as exc:  # meshio raises many types, even SystemExit
-        raise MeshReadError(
-            f"cannot read mesh file '{path}': {type(exc).__name__}: {exc}. meshio reads e.g. "
-            ".msh, .vtu, .vtk, .xdmf, .inp, .med, .obj, .ply, .stl; pass file_format=... "
-            "if the extension does not tell the format"
-        ) from exc
     return from_meshio(
-        mesh,
+        read_meshio(path, file_format),
         inputs,
         targets,
         cell_data_to_nodes=cell_data_to_nodes,
         params=params,
+        groups=groups,
+        point_weights=point_weights,
         drop_zero_z=drop_zero_z,
         source=str(path),
     )
+
+
+def split_fields(
+    values: torch.Tensor | np.ndarray, layout: Sequence[tuple[str, int]]
+) -> dict[str, torch.Tensor | np.ndarray]:
+    """Columns [N, C] as named fields: ``[("p", 1), ("u", 3)]`` -> ``{"p": [N], "u": [N, 3]}``
+    (the inverse of stacking fields into ``x`` or ``y``)."""
+    total = sum(int(k) for _, k in layout)
+    if values.shape[-1] != total:
+        raise FieldError(
+            f"{values.shape[-1]} channels do not match the fields "
+            f"{[f'{n} ({k})' for n, k in layout]} ({total} channels)"
+        )
+    out, start = {}, 0
+    for name, k in layout:
+        out[name] = values[:, start] if k == 1 else values[:, start : start + k]
+        start += k
+    return out
 
 
 def mesh_cells(data: Data) -> list[tuple[str, np.ndarray]]:

@@ -3,13 +3,15 @@
 Each cell's length/area/volume is shared equally by its nodes, so the weights of a mesh sum to the
 measure of the domain and ``sum(weight * f)`` approximates ``\\int f``. Boundary lines and surface
 triangles that mesh generators store beside the volume cells are ignored: only the cells of the
-highest topological dimension present count.
+highest topological dimension present count. A point cloud (no cells) has no such measure: its
+weights are estimated from the local point density (:func:`knn_weights`) or uniform ``1/N``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from math import gamma
 
 import numpy as np
 
@@ -96,11 +98,13 @@ def lumped_mass_weights(
     cells: Sequence[tuple[str, np.ndarray]],
     source: str = "<arrays>",
     rtol: float = 1e-12,
+    point_weights: str = "uniform",
 ) -> np.ndarray:
     """Per-node quadrature weights [N] from the top-dimensional cells (lumped mass).
 
     Points that belong to no top-dimensional cell get weight 0. Without cells of dimension >= 1
-    (a point cloud) every node gets ``1 / N``.
+    (a point cloud) every node gets ``1 / N`` (``point_weights="uniform"``) or the
+    density-corrected :func:`knn_weights` (``"knn"``).
 
     Raises:
         MeshError: a top-dimensional cell has zero measure (degenerate), or the cells have a higher
@@ -110,7 +114,9 @@ def lumped_mass_weights(
     n = len(points)
     dim, blocks = top_dimensional_cells(cells)
     if dim <= 0:
-        return np.full(n, 1.0 / n)
+        if point_weights not in POINT_WEIGHTS:
+            raise MeshError(f"point_weights must be one of {POINT_WEIGHTS}, got '{point_weights}'")
+        return knn_weights(points) if point_weights == "knn" else np.full(n, 1.0 / n)
     if dim > points.shape[1]:
         raise MeshError(
             f"{source}: mixed dimensions: {dim}D cells on {points.shape[1]}D points; "
@@ -132,3 +138,59 @@ def lumped_mass_weights(
             weights, conn, np.repeat(measures / conn.shape[1], conn.shape[1]).reshape(conn.shape)
         )
     return weights
+
+
+#: how the nodes of a point cloud (a file without cells) are weighted
+POINT_WEIGHTS = ("knn", "uniform")
+
+
+def intrinsic_dimension(points: np.ndarray, k: int = 8, ratio: float = 0.05) -> int:
+    """The dimension of the manifold a point cloud samples (a surface in 3D: 2), by local PCA.
+
+    For every point, the covariance of its ``k`` nearest neighbours has as many eigenvalues above
+    ``ratio`` times the largest as the cloud has local directions; the median over the points is
+    returned.
+    """
+    from scipy.spatial import cKDTree
+
+    points = np.asarray(points, dtype=np.float64)
+    n, space = points.shape
+    k = min(k, n)
+    if space == 1 or k < 3:
+        return space
+    _, neighbours = cKDTree(points).query(points, k=k)
+    local = points[neighbours] - points[neighbours].mean(1, keepdims=True)  # [N, k, d]
+    eig = np.linalg.eigvalsh(np.einsum("nki,nkj->nij", local, local))  # ascending
+    count = (eig > ratio * eig[:, -1:]).sum(1)
+    return int(max(1, np.median(count)))
+
+
+def knn_weights(points: np.ndarray, k: int = 8, dim: int | None = None) -> np.ndarray:
+    """Quadrature weights [N] of a point cloud from its local point density.
+
+    Node ``i`` gets the volume of the ``dim``-ball reaching its ``k``-th nearest neighbour divided
+    by ``k`` (the share of space one sample occupies there), ``w_i = V_dim r_k(i)^dim / k``: dense
+    regions get small weights and sparse regions large ones, so ``sum_i w_i f_i`` estimates the
+    integral of ``f`` over the sampled domain (the weights sum to about its measure) whatever the
+    sampling density, where uniform weights ``1/N`` would average with the density. Nodes on the
+    boundary see neighbours on one side only and get weights up to ``2^dim`` times too large:
+    meshes with cells, whose weights are exact, are always preferable.
+
+    Args:
+        points: [N, space] coordinates.
+        k: neighbours per node (excluding the node itself).
+        dim: dimension of the sampled domain; None estimates it (:func:`intrinsic_dimension`),
+            so that points on a surface in 3D get areas.
+    """
+    from scipy.spatial import cKDTree
+
+    points = np.asarray(points, dtype=np.float64)
+    n = len(points)
+    if n <= 1:
+        return np.ones(n)
+    dim = intrinsic_dimension(points, k) if dim is None else int(dim)
+    k = min(k, n - 1)
+    distance, _ = cKDTree(points).query(points, k=k + 1)  # the first neighbour is the node
+    radius = distance[:, -1]
+    ball = np.pi ** (dim / 2) / gamma(dim / 2 + 1)
+    return ball * radius**dim / k

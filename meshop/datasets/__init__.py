@@ -5,7 +5,7 @@ from meshop.datasets.base import GeneratedDataset, data_root
 from meshop.datasets.burgers import Burgers
 from meshop.datasets.darcy import Darcy
 from meshop.datasets.elasticity import Elasticity
-from meshop.datasets.mesh_folder import MeshFolder
+from meshop.datasets.mesh_folder import SAMPLE_MESHES, MeshFolder
 from meshop.datasets.standard import FNOBurgers, FNODarcy, GeoFNOAirfoil, GeoFNOElasticity
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "GeneratedDataset",
     "GeoFNOAirfoil",
     "GeoFNOElasticity",
+    "SAMPLE_MESHES",
     "MeshFolder",
     "data_root",
 ]

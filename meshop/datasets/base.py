@@ -19,16 +19,27 @@ try:
 except ImportError:  # pragma: no cover
     raise
 
-#: the repository's default data root (``datasets/`` beside ``meshop/``)
+#: the repository's ``datasets/`` folder (beside ``meshop/`` in a checkout)
 REPO_DATA_ROOT = Path(__file__).resolve().parents[2] / "datasets"
 
 
+def default_data_root() -> Path:
+    """The repository's ``datasets/`` when meshop runs from a checkout (``pyproject.toml`` beside
+    ``meshop/``), else ``$XDG_CACHE_HOME/meshop`` (``~/.cache/meshop``) for an installed
+    package."""
+    if (REPO_DATA_ROOT.parent / "pyproject.toml").is_file():
+        return REPO_DATA_ROOT
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "meshop"
+
+
 def data_root(root: str | os.PathLike | None = None) -> Path:
-    """Where datasets live: ``root`` if given, else ``$MESHOP_DATA``, else ``datasets/``."""
+    """Where datasets live: ``root`` if given, else ``$MESHOP_DATA``, else
+    :func:`default_data_root`."""
     if root is not None:
         return Path(root)
     env = os.environ.get("MESHOP_DATA")
-    return Path(env) if env else REPO_DATA_ROOT
+    return Path(env) if env else default_data_root()
 
 
 SPLITS = ("train", "test")

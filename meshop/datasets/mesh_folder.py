@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from meshop._pyg import Data
-from meshop.data import read_mesh
+from meshop.data import field_layout, from_meshio, read_meshio
 from meshop.errors import ConfigError, FieldError, MeshError, MeshReadError
 
 try:
@@ -23,13 +23,21 @@ except ImportError:  # pragma: no cover
 
 SPLITS = ("train", "test", "all")
 
+#: the sample meshes of a checkout of the repository (``datasets/meshes``; see its README)
+SAMPLE_MESHES = Path(__file__).resolve().parents[2] / "datasets" / "meshes"
+
+#: bumped whenever the cached files change, so that old caches are rebuilt
+CACHE_FORMAT = 2
+
 
 class MeshFolder(InMemoryDataset):
     """Every mesh file in a folder (any format meshio reads) as one sample ``Data``.
 
     Each file becomes a domain through :func:`meshop.data.read_mesh`: ``pos``, quadrature ``weight``
     from its cells, connectivity, ``x`` = the ``inputs`` point fields and ``y`` = the ``targets``
-    point fields (stacked in the order given), ``source`` = the file path. Files are read once and
+    point fields (stacked in the order given), ``source`` = the file path; ``input_fields`` and
+    ``target_fields`` record each field's name and components (``[("normals", 3), ...]``), which
+    checkpoints keep so that ``meshop predict`` reads and writes the same fields. Files are read once and
     cached under ``<root>/processed/<hash>/``; the cache is rebuilt when a file is added, removed or
     modified, or when the fields asked for change.
 
@@ -45,6 +53,9 @@ class MeshFolder(InMemoryDataset):
         test_fraction: fraction of the files in the test split.
         seed: seed of the train/test permutation.
         cell_data_to_nodes: also accept cell fields, averaged to the nodes by cell measure.
+        groups: ``"features"``: the files' named groups (gmsh physical groups, cell sets) as 0/1
+            input columns ``group:<name>``; ``"masks"``: as ``group_<name>`` node masks (see
+            :func:`meshop.data.from_meshio`).
         transform: PyG transform applied on access.
         progress: show a tqdm progress bar while reading.
 
@@ -68,6 +79,7 @@ class MeshFolder(InMemoryDataset):
         test_fraction: float = 0.2,
         seed: int = 0,
         cell_data_to_nodes: bool = False,
+        groups: str | None = None,
         transform=None,
         progress: bool = True,
     ):
@@ -90,6 +102,7 @@ class MeshFolder(InMemoryDataset):
         self.input_names = [inputs] if isinstance(inputs, str) else list(inputs or [])
         self.target_names = [targets] if isinstance(targets, str) else list(targets or [])
         self.cell_data_to_nodes = bool(cell_data_to_nodes)
+        self.groups = groups
         self.split, self.test_fraction, self.seed = split, float(test_fraction), int(seed)
         self.progress = progress
         key = {
@@ -100,10 +113,16 @@ class MeshFolder(InMemoryDataset):
             "inputs": self.input_names,
             "targets": self.target_names,
             "cell_data_to_nodes": self.cell_data_to_nodes,
+            "groups": self.groups,
+            "format": CACHE_FORMAT,
         }
         self.cache_key = hashlib.sha1(json.dumps(key).encode()).hexdigest()[:12]
         super().__init__(str(folder), transform=transform, log=False)
         self.load(self.processed_paths[0])
+        layout = json.loads(Path(self.processed_paths[1]).read_text())
+        #: ``[(name, components), ...]`` of the input and target fields (``x`` and ``y`` columns)
+        self.input_fields = [tuple(f) for f in layout["inputs"]]
+        self.target_fields = [tuple(f) for f in layout["targets"]]
         self._indices = self.split_indices(len(self.files), split, self.test_fraction, self.seed)
 
     @staticmethod
@@ -124,42 +143,52 @@ class MeshFolder(InMemoryDataset):
 
     @property
     def processed_file_names(self) -> list[str]:
-        return ["samples.pt"]
+        return ["samples.pt", "fields.json"]
 
     def process(self) -> None:
-        samples = []
+        samples, layout = [], None
         for path in tqdm(
             self.files, desc=f"reading {self.root}", disable=not self.progress or None
         ):
-            data = read_mesh(
-                path,
-                self.input_names,
-                self.target_names,
-                cell_data_to_nodes=self.cell_data_to_nodes,
+            mesh = read_meshio(path)
+            options = {"cell_data_to_nodes": self.cell_data_to_nodes, "source": str(path)}
+            samples.append(
+                from_meshio(
+                    mesh, self.input_names, self.target_names, groups=self.groups, **options
+                )
             )
-            samples.append(data)
-        _check_consistent(samples, self.files)
+            if layout is None:
+                layout = {
+                    "inputs": field_layout(mesh, self.input_names, groups=self.groups, **options),
+                    "targets": field_layout(mesh, self.target_names, **options),
+                }
+            _check_consistent(samples, self.files, mesh, layout, options)
         for i, data in enumerate(samples):
             data.sample_id = torch.tensor([i])
         self.save(samples, self.processed_paths[0])
+        Path(self.processed_paths[1]).write_text(json.dumps(layout))
 
     def __repr__(self) -> str:
         return f"MeshFolder({self.split}, {len(self)} samples, root='{self.root}')"
 
 
-def _check_consistent(samples: list[Data], files: list[Path]) -> None:
-    """Same spatial dimension and the same number of field components in every file."""
-    first = files[0].name
-    for data, path in zip(samples[1:], files[1:]):
-        if data.pos.shape[1] != samples[0].pos.shape[1]:
-            raise MeshError(
-                f"mixed dimensions: '{path.name}' is {data.pos.shape[1]}D but '{first}' is "
-                f"{samples[0].pos.shape[1]}D; keep one dimension per folder (or narrow `pattern`)"
+def _check_consistent(
+    samples: list[Data], files: list[Path], mesh, layout: dict, options: dict
+) -> None:
+    """The last sample has the spatial dimension of the first and its fields have the same
+    number of components (``mesh`` is the last sample's file)."""
+    first, data, path = files[0].name, samples[-1], files[len(samples) - 1]
+    if data.pos.shape[1] != samples[0].pos.shape[1]:
+        raise MeshError(
+            f"mixed dimensions: '{path.name}' is {data.pos.shape[1]}D but '{first}' is "
+            f"{samples[0].pos.shape[1]}D; keep one dimension per folder (or narrow `pattern`)"
+        )
+    for key, role in (("x", "inputs"), ("y", "targets")):
+        if key in data and data[key].shape[1] != samples[0][key].shape[1]:
+            names = [n for n, _ in layout[role]]
+            here = dict(field_layout(mesh, names, **options))
+            name, k = next((n, k) for n, k in layout[role] if here[n] != k)
+            raise FieldError(
+                f"field '{name}' has {here[name]} components in '{path.name}' but {k} in "
+                f"'{first}'; a field needs the same number of components in every file"
             )
-        for key in ("x", "y"):
-            if key in data and data[key].shape[1] != samples[0][key].shape[1]:
-                raise FieldError(
-                    f"'{path.name}' has {data[key].shape[1]} {key} components but '{first}' has "
-                    f"{samples[0][key].shape[1]}; a field needs the same number of components in "
-                    "every file"
-                )

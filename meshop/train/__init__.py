@@ -8,7 +8,14 @@ from meshop.train import checkpoint
 from meshop.train.checkpoint import load_model
 from meshop.train.config import RunConfig, TrainConfig, load_config
 from meshop.train.data import LatentMesh
-from meshop.train.inference import predict, predict_file
+from meshop.train.inference import (
+    checkpoint_fields,
+    predict,
+    predict_fields,
+    predict_file,
+    prediction_integrals,
+    read_inputs,
+)
 from meshop.train.losses import relative_h1, relative_l1, relative_l2, relative_lp
 from meshop.train.metrics import per_sample_errors
 from meshop.train.normalized import NormalizedModel, fit_normalizers
@@ -24,12 +31,16 @@ __all__ = [
     "build_optimizer",
     "build_scheduler",
     "checkpoint",
+    "checkpoint_fields",
     "fit_normalizers",
     "load_config",
     "load_model",
     "per_sample_errors",
     "predict",
+    "predict_fields",
     "predict_file",
+    "prediction_integrals",
+    "read_inputs",
     "relative_h1",
     "relative_l1",
     "relative_l2",

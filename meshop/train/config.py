@@ -55,7 +55,7 @@ class TrainConfig:
         num_workers: DataLoader worker processes.
         device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"``.
         metrics_format: ``"jsonl"`` (metrics.jsonl) or ``"csv"`` (metrics.csv).
-        progress: show tqdm progress bars.
+        progress: show tqdm progress bars (on a terminal; in logs one line per epoch).
         find_unused_parameters: passed to DistributedDataParallel.
     """
 

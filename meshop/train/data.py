@@ -84,13 +84,37 @@ def check_compatible(sample: Data, expected: dict, what: str = "the data") -> No
             )
 
 
-def field_names(dataset, key: str, count: int) -> list[str]:
-    """Names of a dataset's ``"input"`` or ``"target"`` fields (its ``input_names`` /
-    ``target_names``), else ``x0, x1, ...`` / ``y0, ...`` (``x`` / ``y`` for one channel)."""
+def field_layout_of(dataset, key: str, count: int) -> list[tuple[str, int]]:
+    """``[(name, components), ...]`` of a dataset's ``"input"`` or ``"target"`` fields, which
+    stack into ``count`` channels of ``x`` or ``y``.
+
+    From the dataset's ``input_fields`` / ``target_fields`` when it has them (e.g.
+    :class:`~meshop.datasets.MeshFolder`), else its ``input_names`` / ``target_names`` (one
+    channel per name, or one name for all channels: a vector field), else ``x0, x1, ...`` /
+    ``y0, ...`` (``x`` / ``y`` for one channel).
+    """
+    fields = getattr(dataset, f"{key}_fields", None)
+    if fields and sum(int(k) for _, k in fields) == count:
+        return [(str(n), int(k)) for n, k in fields]
     names = getattr(dataset, f"{key}_names", None)
-    if isinstance(names, str):
-        names = [names]
+    names = [names] if isinstance(names, str) else list(names or [])
     if names and len(names) == count:
-        return [str(n) for n in names]
+        return [(str(n), 1) for n in names]
+    if len(names) == 1:
+        return [(str(names[0]), count)]
     prefix = "x" if key == "input" else "y"
-    return [prefix] if count == 1 else [f"{prefix}{i}" for i in range(count)]
+    return [(prefix, 1)] if count == 1 else [(f"{prefix}{i}", 1) for i in range(count)]
+
+
+def field_meta(dataset, info: dict) -> dict:
+    """The field names and layouts a checkpoint stores (``describe(sample)`` gives ``info``):
+    ``input_fields`` / ``target_fields`` as ``[[name, components], ...]`` and ``input_names`` /
+    ``target_names`` as the field names."""
+    inputs = field_layout_of(dataset, "input", info["x_channels"]) if info["x_channels"] else []
+    targets = field_layout_of(dataset, "target", info["out_channels"])
+    return {
+        "input_fields": [[n, k] for n, k in inputs],
+        "target_fields": [[n, k] for n, k in targets],
+        "input_names": [n for n, _ in inputs],
+        "target_names": [n for n, _ in targets],
+    }

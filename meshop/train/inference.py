@@ -5,17 +5,29 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 
 from meshop._pyg import Data
-from meshop.data import read_mesh, set_query_points, write_mesh
+from meshop.data import (
+    GROUP_PREFIX,
+    field_layout,
+    from_meshio,
+    group_masks,
+    mesh_integrals,
+    read_mesh,
+    read_meshio,
+    set_query_points,
+    split_fields,
+    write_mesh,
+)
 from meshop.errors import FieldError, FileExistsMeshopError, MeshError, MeshReadError
-from meshop.train.checkpoint import load_model
+from meshop.train.checkpoint import load, load_model
 from meshop.train.config import from_dict
-from meshop.train.data import LatentMesh, check_compatible
+from meshop.train.data import LatentMesh, check_compatible, field_layout_of
 
 
 def latent_of(ckpt: dict[str, Any]) -> LatentMesh:
@@ -35,17 +47,60 @@ def predict(model: torch.nn.Module, ckpt: dict[str, Any], data: Data) -> torch.T
     return model(latent_of(ckpt)(data))
 
 
+def _read_csv_points(path: Path) -> np.ndarray:
+    """Rows of comma-separated numbers; the first line may be a header of column names."""
+    rows, width, first = [], None, True
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        tokens = [t.strip() for t in line.split(",")]
+        try:
+            values = [float(t) for t in tokens]
+        except ValueError:
+            if first:  # a header line
+                first = False
+                continue
+            column, token = next((j, t) for j, t in enumerate(tokens, 1) if not _is_number(t))
+            raise MeshReadError(
+                f"query file '{path}', line {number}, column {column}: '{token}' is not a "
+                "number; give one point per line as comma-separated numbers x,y[,z] "
+                "(and optionally a first line of column names)"
+            ) from None
+        first = False
+        if width is not None and len(values) != width:
+            raise MeshReadError(
+                f"query file '{path}', line {number}: {len(values)} values, but the lines before "
+                f"have {width}; give every point the same number of coordinates"
+            )
+        width = len(values)
+        rows.append(values)
+    if not rows:
+        raise MeshReadError(f"query file '{path}' holds no points")
+    return np.asarray(rows, dtype=np.float64)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def read_points(path: str | os.PathLike, pos_dim: int) -> np.ndarray:
     """Query points from a CSV file (one point per row, optional header line; a last column of
-    zeros is dropped for 2D models) or from the nodes of any mesh file."""
+    zeros is dropped for 2D models) or from the nodes of any mesh file.
+
+    Raises:
+        MeshReadError: the file is missing, or a CSV value is not a number (the message gives
+            its line and the value).
+        MeshError: the points have another dimension than the model's domains.
+    """
     path = Path(path)
     if not path.is_file():
         raise MeshReadError(f"query file '{path}' does not exist (working directory: {Path.cwd()})")
     if path.suffix.lower() in (".csv", ".txt"):
-        try:
-            points = np.loadtxt(path, delimiter=",", ndmin=2)
-        except ValueError:
-            points = np.loadtxt(path, delimiter=",", ndmin=2, skiprows=1)
+        points = _read_csv_points(path)
         if points.shape[1] == pos_dim + 1 and np.all(points[:, -1] == 0.0):
             points = points[:, :pos_dim]  # 2D points written with z = 0
     else:
@@ -80,27 +135,71 @@ def write_points_csv(
     return path
 
 
-def predict_file(
-    checkpoint: str | os.PathLike,
-    mesh: str | os.PathLike,
-    out: str | os.PathLike,
-    query: str | os.PathLike | None = None,
-    params: Sequence[float] | None = None,
-    overwrite: bool = False,
-) -> tuple[Path, torch.Tensor]:
-    """Read ``mesh`` (any meshio format), predict at its nodes or at ``query`` points (CSV or mesh
-    file), write ``out``: a mesh file with the predictions as point data, or CSV for ``.csv``.
+def checkpoint_fields(ckpt: dict[str, Any], key: str) -> list[tuple[str, int]]:
+    """``[(name, components), ...]`` of a checkpoint's ``"input"`` or ``"target"`` fields.
 
-    Query points may lie anywhere, also outside the mesh the model was trained on; the model then
-    extrapolates, and nothing guarantees the accuracy there.
+    Checkpoints of meshop versions that stored only one name per channel (``x0, x1, x2`` for a
+    3-component field) give one 1-component field per name.
+    """
+    info = ckpt["data"]
+    channels = info["x_channels"] if key == "input" else info["out_channels"]
+    if not channels:
+        return []
+    stored = SimpleNamespace(
+        **{f"{key}_fields": info.get(f"{key}_fields"), f"{key}_names": info.get(f"{key}_names")}
+    )
+    return field_layout_of(stored, key, channels)
+
+
+def read_inputs(
+    ckpt: dict[str, Any],
+    mesh: str | os.PathLike,
+    inputs: Sequence[str] | None = None,
+    params: Sequence[float] | None = None,
+) -> tuple[Data, list[tuple[str, int]]]:
+    """A mesh file as the domain a checkpoint's model takes: its input fields read by name (each
+    with the components it had in training), and its parameters.
+
+    Args:
+        ckpt: the checkpoint (:func:`~meshop.train.checkpoint.load_model`).
+        mesh: any mesh file meshio reads.
+        inputs: names of the mesh's fields that supply the model's inputs, when they differ from
+            the names used in training (same order and components).
+        params: the per-sample parameters, if the model was trained with them.
 
     Returns:
-        ``(written path, predictions [N_query, C_out])``.
+        ``(domain, [(input field name, components), ...])``.
+
+    Raises:
+        FieldError: a field is missing or has another number of components than in training;
+            parameters are missing or not expected.
     """
-    model, ckpt = load_model(checkpoint)
     info = ckpt["data"]
-    input_names = info.get("input_names", []) if info["x_channels"] else []
-    data = read_mesh(mesh, inputs=input_names or None)
+    layout = checkpoint_fields(ckpt, "input")
+    cell_data = bool((info.get("dataset_args") or {}).get("cell_data_to_nodes", False))
+    meshio_mesh = read_meshio(mesh)
+    names = list(inputs) if inputs is not None else [n for n, _ in layout]
+    available = set(meshio_mesh.point_data) | (set(meshio_mesh.cell_data) if cell_data else set())
+    available |= {GROUP_PREFIX + g for g in group_masks(meshio_mesh)}
+    missing = [n for n in names if n not in available]
+    if missing and inputs is None and "input_fields" not in info and layout:
+        raise FieldError(
+            f"{mesh}: this checkpoint names its {info['x_channels']} input channels "
+            f"{names} (a checkpoint of an older meshop, which stored one name per channel) and "
+            f"the mesh has no field {missing[0]!r}; its point fields are "
+            f"{sorted(meshio_mesh.point_data)}: name the fields that supply the inputs with "
+            "--inputs NAME[,NAME...] (Python: inputs=[...])"
+        )
+    options = {"cell_data_to_nodes": cell_data, "source": str(mesh)}
+    here = field_layout(meshio_mesh, names, **options)
+    if inputs is None:
+        for (name, k), (_, have) in zip(layout, here):
+            if k != have:
+                raise FieldError(
+                    f"{mesh}: field '{name}' has {have} components but the model was trained "
+                    f"with {k}; give the same fields as in training"
+                )
+    data = from_meshio(meshio_mesh, names or None, **options)
     if info["params_channels"]:
         if params is None:
             raise FieldError(
@@ -110,15 +209,51 @@ def predict_file(
         data.params = torch.as_tensor(np.asarray(params, dtype=np.float32)).reshape(1, -1)
     elif params is not None:
         raise FieldError("the model was trained without per-sample parameters; drop --params")
+    check_compatible(data, info, str(mesh))
+    return data, here
+
+
+def predict_fields(
+    model: torch.nn.Module, ckpt: dict[str, Any], data: Data
+) -> dict[str, torch.Tensor]:
+    """:func:`predict` as named fields, with the target names and components of training:
+    ``{"p": [N_query], "u": [N_query, 3], ...}``."""
+    return split_fields(predict(model, ckpt, data), checkpoint_fields(ckpt, "target"))
+
+
+def predict_file(
+    checkpoint: str | os.PathLike,
+    mesh: str | os.PathLike,
+    out: str | os.PathLike,
+    query: str | os.PathLike | None = None,
+    params: Sequence[float] | None = None,
+    overwrite: bool = False,
+    inputs: Sequence[str] | None = None,
+) -> tuple[Path, torch.Tensor]:
+    """Read ``mesh`` (any meshio format), predict at its nodes or at ``query`` points (CSV or mesh
+    file), write ``out``: a mesh file with the predictions as point data, or CSV for ``.csv``.
+
+    The input fields are read from ``mesh`` by the names they had in training (``inputs`` names
+    others). Each predicted field is written under its training name with its components: a
+    vector field as one vector point-data array (glyphs and stream tracers in ParaView work on
+    it), in CSV as columns ``name_0, name_1, ...``.
+
+    Query points may lie anywhere, also outside the mesh the model was trained on; the model then
+    extrapolates, and nothing guarantees the accuracy there.
+
+    Returns:
+        ``(written path, predictions [N_query, C_out])``.
+    """
+    model, ckpt = load_model(checkpoint)
+    data, input_layout = read_inputs(ckpt, mesh, inputs, params)
     query_mesh = None
     if query is not None:
-        points = read_points(query, info["pos_dim"])
+        points = read_points(query, ckpt["data"]["pos_dim"])
         set_query_points(data, points)
         if Path(query).suffix.lower() not in (".csv", ".txt"):
             query_mesh = read_mesh(query)
     pred = predict(model, ckpt, data)
-    names = info.get("target_names") or [f"y{i}" for i in range(pred.shape[1])]
-    fields = {name: pred[:, i] for i, name in enumerate(names)}
+    fields = split_fields(pred, checkpoint_fields(ckpt, "target"))
     out = Path(out)
     if out.suffix.lower() == ".csv":
         points = data.query_pos if query is not None else data.pos
@@ -129,5 +264,18 @@ def predict_file(
     if query is not None:
         target_mesh = query_mesh if query_mesh is not None else Data(pos=data.query_pos)
     elif getattr(data, "x", None) is not None:
-        fields = {**{n: data.x[:, i] for i, n in enumerate(input_names)}, **fields}
+        fields = {**split_fields(data.x, input_layout), **fields}
     return write_mesh(out, target_mesh, fields, overwrite=overwrite), pred
+
+
+def prediction_integrals(
+    checkpoint: str | os.PathLike | dict[str, Any],
+    pred: torch.Tensor,
+    mesh: str | os.PathLike,
+    groups: Sequence[str] = (),
+) -> dict[str, dict[str, float | list[float]]]:
+    """Integrals of predictions at the nodes of ``mesh`` (from :func:`predict_file`) over the
+    mesh and over its named ``groups``, per target field of the checkpoint (see
+    :func:`meshop.data.mesh_integrals`)."""
+    ckpt = checkpoint if isinstance(checkpoint, dict) else load(checkpoint)
+    return mesh_integrals(mesh, split_fields(pred, checkpoint_fields(ckpt, "target")), groups)

@@ -16,7 +16,7 @@ from meshop.errors import ConfigError
 from meshop.models.registry import build_model, model_entry
 from meshop.train.checkpoint import load_model
 from meshop.train.config import RunConfig
-from meshop.train.data import check_compatible, describe, field_names
+from meshop.train.data import check_compatible, describe, field_meta
 from meshop.train.distributed import barrier, setup
 from meshop.train.inference import latent_of
 from meshop.train.metrics import per_sample_errors, summarize
@@ -73,10 +73,7 @@ def train_run(
         "dataset": run.dataset,
         "dataset_args": dataset_args,
         "data_dir": str(run.data_dir) if run.data_dir else None,
-        "input_names": field_names(train_set, "input", info["x_channels"])
-        if info["x_channels"]
-        else [],
-        "target_names": field_names(train_set, "target", info["out_channels"]),
+        **field_meta(train_set, info),
     }
     if ctx.is_main:
         parameters = sum(p.numel() for p in model.parameters())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from meshop.data import make_loader, num_samples, query_nodes
 from meshop.errors import ConfigError
 from meshop.train import checkpoint as ckpt_io
 from meshop.train.config import TrainConfig
-from meshop.train.data import LatentMesh, describe, prepare
+from meshop.train.data import LatentMesh, describe, field_meta, prepare
 from meshop.train.distributed import DistContext, all_gather_objects, all_reduce_sum, barrier, setup
 from meshop.train.losses import relative_h1, relative_lp
 from meshop.train.metrics import MetricsLog, per_sample_errors, summarize
@@ -73,7 +74,9 @@ class Trainer:
         test_set: a sequence of ``Data`` with targets ``y``, or None.
         config: the :class:`TrainConfig`.
         out_dir: where checkpoints and metrics go (None: nothing is written, no resume).
-        meta: extra information stored in the checkpoint (dataset name and arguments, field names).
+        meta: extra information stored in the checkpoint (dataset name and arguments); the field
+            names and components (:func:`~meshop.train.data.field_meta`) come from ``train_set``
+            unless given.
     """
 
     def __init__(
@@ -88,9 +91,11 @@ class Trainer:
         self.config = config or TrainConfig()
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.meta = dict(meta or {})
-        self.ctx: DistContext = setup(self.config.device)
         if len(train_set) == 0:
             raise ConfigError("the training split is empty")
+        for key, value in field_meta(train_set, describe(train_set[0])).items():
+            self.meta.setdefault(key, value)  # field names and components, for predict
+        self.ctx: DistContext = setup(self.config.device)
         if self.config.batch_size % self.ctx.world_size:
             raise ConfigError(
                 f"batch_size {self.config.batch_size} is the global batch and must be divisible by "
@@ -213,7 +218,8 @@ class Trainer:
             desc=f"epoch {self.epoch + 1}/{c.epochs}",
             unit="batch",
             leave=False,
-            disable=not (c.progress and self.ctx.is_main),
+            # a bar only on a terminal: logs of batch jobs get the one line per epoch of fit()
+            disable=not (c.progress and self.ctx.is_main and sys.stdout.isatty()) or None,
         )
         for batch in bar:
             batch = batch.to(self.ctx.device)
