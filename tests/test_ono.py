@@ -10,6 +10,7 @@ from meshop.data import from_points, make_loader, node_features
 from meshop.errors import ConfigError
 from meshop.models import ONO
 from meshop.models.ono import FEATURE_ATTENTIONS
+from meshop.train import TrainConfig, load_model, train
 from meshop.train.losses import relative_l2
 
 SIZES = [30, 45, 38]
@@ -70,25 +71,48 @@ def test_permutation_equivariance():
         torch.testing.assert_close(model(permuted), model(data)[perm], rtol=1e-4, atol=1e-5)
 
 
-def test_predictions_do_not_depend_on_the_batch_in_eval_mode():
-    model = trained(tiny())
+@pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
+def test_predictions_do_not_depend_on_the_batch_in_eval_mode(orthonormalize):
+    model = trained(tiny(orthonormalize=orthonormalize))
     data = samples(query=True)
     out = model(next(iter(make_loader(data, batch_size=3))))
     alone = torch.cat([model(d) for d in data])
     torch.testing.assert_close(out, alone, rtol=1e-4, atol=1e-5)
 
 
-def test_fresh_model_evaluates_and_loads_a_checkpoint_strictly():
+def test_per_sample_orthonormalisation_computes_the_same_function_in_training_mode():
+    model = tiny().train()
+    data = samples(query=True)
+    out = model(next(iter(make_loader(data, batch_size=3))))
+    torch.testing.assert_close(torch.cat([model(d) for d in data]), out, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(model.eval()(next(iter(make_loader(data, 3)))), out)
+
+
+@pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
+def test_fresh_model_evaluates_and_loads_a_checkpoint_strictly(orthonormalize):
     data = samples()[2]
-    fresh = tiny().eval()
+    fresh = tiny(orthonormalize=orthonormalize).eval()
     assert torch.isfinite(fresh(data)).all()  # evaluation before any training batch
-    model = trained(tiny(value_projection=False))
+    model = trained(tiny(value_projection=False, orthonormalize=orthonormalize))
     state = model.state_dict()
-    assert any(key.endswith("attn.initialized") for key in state)
+    has_running = any(key.endswith("attn.initialized") for key in state)
+    assert has_running == (orthonormalize == "batch")
     rebuilt = ONO(**model.config)
     rebuilt.load_state_dict(state, strict=True)
     rebuilt.eval()
     torch.testing.assert_close(rebuilt(data), model(data))
+
+
+@pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
+def test_save_load_predict_gives_the_trained_models_eval_output(tmp_path, orthonormalize):
+    data = [domain(30 + 7 * i, seed=300 + i) for i in range(6)]
+    config = TrainConfig(epochs=2, batch_size=3, progress=False, device="cpu")
+    model, _ = train(tiny(orthonormalize=orthonormalize), data[:4], data[4:], config, tmp_path)
+    loaded, _ = load_model(tmp_path)
+    assert not model.training and not loaded.training
+    batch = next(iter(make_loader(data, batch_size=6)))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(batch), model(batch), rtol=0, atol=0)
 
 
 def test_a_query_point_on_a_mesh_node_gets_that_nodes_prediction():
