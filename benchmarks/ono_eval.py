@@ -28,12 +28,14 @@ seed (epochs, not wall-clock budgets); times are reported as measured, on a load
     python benchmarks/ono_eval.py                          # Elasticity 500/100, Darcy 400/100
     python benchmarks/ono_eval.py --quick                  # smoke test (tiny sizes, 1 epoch)
     python benchmarks/ono_eval.py --datasets elasticity --use-train 200 --use-test 50
+    python benchmarks/ono_eval.py --merge benchmarks/results/ono_eval_*_batch.json ...
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -66,6 +68,14 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one epoch")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="ono_eval", help="result files <out>/<name>.{md,json}")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="no training: one table from the records of these result files (runs split over "
+        "processes, e.g. one per --modes)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.num_train, args.num_test, args.epochs = 8, 4, 1
@@ -246,7 +256,9 @@ def main(argv=None) -> None:
     args = parse(argv)
     torch.set_num_threads(args.threads)
     records = []
-    for dataset in args.datasets:
+    for path in args.merge or []:
+        records += json.loads(path.read_text())["records"]
+    for dataset in args.datasets if args.merge is None else []:
         progress(f"{dataset}: loading (generated and cached on first use)")
         train_set, test_set = load_dataset(dataset, args.num_train, args.num_test)
         train_set, test_set = train_set[: args.use_train], test_set[: args.use_test]
@@ -255,11 +267,12 @@ def main(argv=None) -> None:
             record = run_case(dataset, mode, train_set, test_set, args)
             progress(f"  {record}")
             records.append(record)
+    epochs = sorted({r["epochs"] for r in records})
     notes = (
         "Mean per-sample relative L2 on the test split. ONO(width=64, layers=4, k=16, heads=4, "
         "feature_attention='linear'), Adam 1e-3 one-cycle, batch 4, "
-        f"{args.epochs} epochs, seed {args.seed}. Precise population moment and own moment: "
-        "repairs of a `batch` model without retraining (see the script's docstring)."
+        f"{', '.join(map(str, epochs))} epochs, seed {args.seed}. Precise population moment and "
+        "own moment: repairs of a `batch` model without retraining (see the script's docstring)."
     )
     write_results(
         args.name,
