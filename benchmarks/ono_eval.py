@@ -274,6 +274,11 @@ def main(argv=None) -> None:
         f"{', '.join(map(str, epochs))} epochs, seed {args.seed}. Precise population moment and "
         "own moment: repairs of a `batch` model without retraining (see the script's docstring)."
     )
+    if args.merge:
+        notes += " Records measured by the runs of " + ", ".join(
+            f"`{path.name}`" for path in args.merge
+        )
+        notes += " (each file's header names its command)."
     write_results(
         args.name,
         "ONO: evaluation mode against training mode",

@@ -254,7 +254,7 @@ class OrthogonalAttention(nn.Module):
             saved = "batch" if f"{prefix}running_moment" in state_dict else "sample"
             if saved != self.orthonormalize:
                 raise ConfigError(
-                    f"the state of '{prefix or 'the layer'}' was saved with "
+                    f"the state of '{prefix.rstrip('.') or 'the layer'}' was saved with "
                     f"orthonormalize={saved!r} (it {'has' if saved == 'batch' else 'has no'} "
                     f"running moment) but this model was built with "
                     f"orthonormalize={self.orthonormalize!r}; build it with "
