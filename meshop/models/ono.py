@@ -77,8 +77,8 @@ class SolutionBlock(nn.Module):
     Args:
         width (int): width :math:`d` of the solution stream (and of the feature stream).
         out_channels (int): output width of the FFN.
-        k (int), value_projection (bool), momentum (float), inner_product (str): see
-            :class:`~meshop.nn.OrthogonalAttention`.
+        k (int), value_projection (bool), orthonormalize (str), momentum (float),
+            inner_product (str): see :class:`~meshop.nn.OrthogonalAttention`.
         mlp_ratio (int): hidden width of the FFN in units of ``width``.
 
     Shapes:
@@ -92,13 +92,20 @@ class SolutionBlock(nn.Module):
         out_channels,
         k=8,
         value_projection=True,
+        orthonormalize="sample",
         momentum=0.1,
         inner_product="mean",
         mlp_ratio=1,
     ):
         super().__init__()
         self.attn = OrthogonalAttention(
-            width, width, k, value_projection, momentum=momentum, inner_product=inner_product
+            width,
+            width,
+            k,
+            value_projection,
+            orthonormalize=orthonormalize,
+            momentum=momentum,
+            inner_product=inner_product,
         )
         self.norm = nn.LayerNorm(width)
         self.ffn = MLP([width, mlp_ratio * width, out_channels])
@@ -128,12 +135,16 @@ class ONO(nn.Module):
     pre-LN transformer blocks (:class:`FeatureBlock`) provide the neural eigenfunctions, and the
     solution stream :math:`h`, updated by :class:`~meshop.nn.OrthogonalAttention`
     (:class:`SolutionBlock`). Every integral is a per-sample quadrature with the nodes' ``weight``
-    (``1/n`` per sample when the data has none), so meshes of any kind and size share one batch,
-    and in evaluation mode a prediction does not depend on the other samples of its batch.
+    (``1/n`` per sample when the data has none), so meshes of any kind and size share one batch.
+    By default (``orthonormalize="sample"``) every sample's eigenfunctions are orthonormal in
+    :math:`L^2` of its own domain, so training and evaluation compute the same function and a
+    prediction never depends on the other samples of its batch; with the authors'
+    ``orthonormalize="batch"`` that holds in evaluation mode only, which whitens with a running
+    moment.
 
     **Query points** (``query_pos``, App. A's cross form). They ride along as extra nodes of their
     sample with zero quadrature weight: in every attention of both streams they read the integrals
-    over the input mesh but add nothing to them (nor to the whitening moment), so the last stage
+    over the input mesh but add nothing to them (nor to the whitening moments), so the last stage
     evaluates :math:`\psi(Y)\, \mathrm{diag}(\mu) \langle \psi(X), h(X) \rangle` at the query
     points :math:`Y` from the mesh nodes :math:`X`, and a query point never affects the mesh nodes
     or the other query points. Their input fields are those of the nearest mesh node (coordinates
@@ -159,7 +170,11 @@ class ONO(nn.Module):
         feature_attention (str): ``"galerkin"``, ``"linear"``, ``"softmax"`` or ``"fourier"``.
         value_projection (bool): :math:`W_V` of eq. (5) (off in the authors' code; see
             :class:`~meshop.nn.OrthogonalAttention`).
-        momentum (float): running-moment momentum, BatchNorm convention (the authors' 0.9 decay).
+        orthonormalize (str): ``"sample"`` (eigenfunctions orthonormal on every sample's own
+            domain: no running statistics) or ``"batch"`` (the authors' batch whitening with a
+            running moment for evaluation); see :class:`~meshop.nn.OrthogonalAttention`.
+        momentum (float): running-moment momentum of ``orthonormalize="batch"``, BatchNorm
+            convention (the authors' 0.9 decay).
         inner_product (str): ``"mean"`` (resolution-independent) or ``"sum"`` (authors' code); see
             :class:`~meshop.nn.OrthogonalAttention`.
         mlp_ratio (int): FFN hidden width in units of ``width``.
@@ -182,6 +197,7 @@ class ONO(nn.Module):
         heads: int = 8,
         feature_attention: str = "galerkin",
         value_projection: bool = True,
+        orthonormalize: str = "sample",
         momentum: float = 0.1,
         inner_product: str = "mean",
         mlp_ratio: int = 1,
@@ -208,6 +224,7 @@ class ONO(nn.Module):
             heads=heads,
             feature_attention=feature_attention,
             value_projection=value_projection,
+            orthonormalize=orthonormalize,
             momentum=momentum,
             inner_product=inner_product,
             mlp_ratio=mlp_ratio,
@@ -225,6 +242,7 @@ class ONO(nn.Module):
                 out_channels if i == layers - 1 else width,
                 k,
                 value_projection,
+                orthonormalize,
                 momentum,
                 inner_product,
                 mlp_ratio,

@@ -1,4 +1,4 @@
-"""Orthogonal attention (ONO): a kernel integral built from batch-whitened neural eigenfunctions."""
+"""Orthogonal attention (ONO): a kernel integral of orthonormalised neural eigenfunctions."""
 
 from __future__ import annotations
 
@@ -10,26 +10,47 @@ from meshop._pyg import scatter, to_dense_batch
 from meshop.errors import ConfigError
 
 INNER_PRODUCTS = ("mean", "sum")
+ORTHONORMALIZATIONS = ("sample", "batch")
 
 
 class OrthogonalAttention(nn.Module):
     r"""Orthogonal attention of ONO (Xiao et al.), from a source node set to a target node set.
 
     Eigenfunction features come from a separate feature stream :math:`g` (ONO eq. (4)):
-    :math:`q = g W_Q \in \mathbb{R}^{N \times k}`. They are whitened with ONE Cholesky factor
-    shared by every node of every sample of the batch (eqs. (7)-(9)):
+    :math:`q = g W_Q \in \mathbb{R}^{N \times k}`. They are made orthonormal by a Cholesky factor
+    of their second moment (eqs. (7)-(9)). With ``orthonormalize="sample"`` (the default) every
+    sample :math:`b` of the batch gets its own factor, from its own nodes and quadrature weights:
 
     .. math::
-        C = \frac{1}{B} \sum_{b=1}^{B} \sum_{i \in b} \bar w_i\, q_i q_i^\top = L L^\top,
-        \qquad \psi = q L^{-\top},
+        C_b = \sum_{i \in b} \bar w_i\, q_i q_i^\top = L_b L_b^\top,
+        \qquad \psi_i = q_i L_{b(i)}^{-\top},
         \qquad \bar w_i = \frac{w_i}{\sum_{j \in b} w_j},
 
-    where :math:`w` are the nodes' quadrature weights, normalised per sample so that each sample
-    counts equally. On uniform sampling (:math:`w_i = 1/M`) this is the paper's plain average
-    :math:`\frac{1}{BM} \sum q q^\top`; on non-uniform meshes it is the consistent quadrature of
-    the second moment (the paper has none). Then :math:`\frac{1}{B}\sum_b \sum_{i \in b} \bar w_i
-    \psi_i \psi_i^\top = I`. The output is the truncated Mercer expansion (eqs. (5), (15)),
-    evaluated at the target nodes :math:`Y` from the source nodes :math:`X` (App. A, eq. (20)):
+    where :math:`w` are the nodes' quadrature weights. Then :math:`\sum_{i \in b} \bar w_i \psi_i
+    \psi_i^\top = I` in every sample: the :math:`k` eigenfunctions are orthonormal in
+    :math:`L^2` of the sample's own domain (with the measure normalised to one), which is the
+    inner product of eqs. (5) and (15) on a mesh. Nothing is estimated across samples, so
+    training and evaluation compute the same function and a prediction never depends on the
+    other samples of its batch. A sample needs at least :math:`k` nodes with a positive weight.
+
+    With ``orthonormalize="batch"`` (the authors' form, eqs. (7)-(9) literally) one factor is
+    shared by every node of every sample of the batch:
+    :math:`C = \frac{1}{B} \sum_b C_b = L L^\top`, :math:`\psi = q L^{-\top}`, so that only the
+    batch as a whole is white. On uniform sampling (:math:`w_i = 1/M`) :math:`C` is the paper's
+    plain average :math:`\frac{1}{BM} \sum q q^\top`. Training whitens with the batch moment and
+    updates a running moment without gradient, BatchNorm's momentum convention:
+    :math:`C_{\mathrm{run}} \leftarrow (1 - \mathrm{momentum})\, C_{\mathrm{run}} +
+    \mathrm{momentum}\, C` (the authors' "0.9" is ``momentum=0.1``); the first training batch
+    sets it. Evaluation whitens with :math:`C_{\mathrm{run}}` (the identity before any training
+    batch), which on meshes of different sizes is a poor stand-in for the batch moments the
+    model was trained with (see the ONO page of the documentation for measurements). Under
+    ``torch.distributed`` with more than one process, the batch moment is summed over the ranks
+    (with gradients, like ``SyncBatchNorm``), so that every rank whitens with the same factor;
+    ``"sample"`` needs no communication.
+
+    The output is the truncated Mercer expansion (eqs. (5), (15)), evaluated at the target nodes
+    :math:`Y` from the source nodes :math:`X` (App. A, eq. (20)), a target node using the factor
+    of its own sample:
 
     .. math::
         \tilde h(Y) = \psi(Y)\, \mathrm{diag}(\mu)\, \langle \psi(X), h(X) W_V \rangle,
@@ -42,17 +63,10 @@ class OrthogonalAttention(nn.Module):
     :math:`\sum_i \psi_i v_i^\top` on uniform sampling, which grows with the resolution). The
     :math:`k \times d` coefficients are formed first: no :math:`N \times N` matrix exists.
 
-    Training whitens with the batch moment :math:`C` (gradients flow through the Cholesky factor
-    and the triangular solve, as in batch normalisation) and updates the running moment without
-    gradient, BatchNorm's momentum convention:
-    :math:`C_{\mathrm{run}} \leftarrow (1 - \mathrm{momentum})\, C_{\mathrm{run}} +
-    \mathrm{momentum}\, C` (the authors' "0.9" is ``momentum=0.1``); the first training batch
-    sets it. Evaluation whitens with :math:`C_{\mathrm{run}}` (the identity before any training
-    batch). The moment, the Cholesky factor and the solve run in float64 and the integral in
+    Gradients flow through the moments, the Cholesky factors and the triangular solves. These
+    run in float64 (the factors batched over the samples, ``[B, k, k]``) and the integral in
     float32 (at least), with autocast disabled; a moment that is not numerically positive
-    definite gets a growing jitter :math:`\epsilon\, \mathrm{tr}(C)/k\, I`. Under
-    ``torch.distributed`` with more than one process, the moment is summed over the ranks (with
-    gradients, like ``SyncBatchNorm``), so that every rank whitens with the same factor.
+    definite gets a growing jitter :math:`\epsilon\, \mathrm{tr}(C)/k\, I` (only that moment).
 
     Args:
         channels (int): width :math:`d` of the solution stream :math:`h`.
@@ -62,14 +76,16 @@ class OrthogonalAttention(nn.Module):
             as the authors' code does. Without :math:`W_V` the operator :math:`h \mapsto h +
             \tilde h` has eigenvalues :math:`\geq 1` (the kernel is positive semi-definite), so
             one stage cannot, e.g., subtract a mean.
-        momentum (float): weight of the new batch moment in the running moment (see above).
+        orthonormalize (str): ``"sample"`` or ``"batch"`` (see above).
+        momentum (float): weight of the new batch moment in the running moment
+            (``orthonormalize="batch"`` only).
         inner_product (str): ``"mean"`` or ``"sum"`` (see above).
 
     Shapes:
         - input: solution features :math:`h` ``[N, d]``, eigenfunction features :math:`g`
           ``[N, d']``, optional ``batch`` ``[N]`` (sorted, as in PyG batches), ``weight``
           ``[N]`` (None: uniform), and for the cross form target features ``g_dst``
-          ``[N_dst, d']`` with ``batch_dst`` ``[N_dst]``.
+          ``[N_dst, d']`` with ``batch_dst`` ``[N_dst]`` (sorted).
         - output: ``[N_dst, d]`` (``N_dst = N`` for self-attention).
     """
 
@@ -79,6 +95,7 @@ class OrthogonalAttention(nn.Module):
         feature_channels: int,
         k: int = 8,
         value_projection: bool = True,
+        orthonormalize: str = "sample",
         momentum: float = 0.1,
         inner_product: str = "mean",
     ):
@@ -87,6 +104,10 @@ class OrthogonalAttention(nn.Module):
             raise ConfigError(
                 f"channels, feature_channels and k must be positive, got {channels}, "
                 f"{feature_channels} and {k}"
+            )
+        if orthonormalize not in ORTHONORMALIZATIONS:
+            raise ConfigError(
+                f"orthonormalize must be one of {ORTHONORMALIZATIONS}, got {orthonormalize!r}"
             )
         if not 0.0 < momentum <= 1.0:
             raise ConfigError(f"momentum is the weight of the new batch, in (0, 1]; got {momentum}")
@@ -97,13 +118,15 @@ class OrthogonalAttention(nn.Module):
         self.channels = channels
         self.feature_channels = feature_channels
         self.k = k
+        self.orthonormalize = orthonormalize
         self.momentum = momentum
         self.inner_product = inner_product
         self.lin_q = nn.Linear(feature_channels, k)
         self.lin_v = nn.Linear(channels, channels, bias=False) if value_projection else None
         self.eigen_logit = nn.Parameter(torch.empty(k))
-        self.register_buffer("running_moment", torch.eye(k))
-        self.register_buffer("initialized", torch.tensor(False))
+        if orthonormalize == "batch":
+            self.register_buffer("running_moment", torch.eye(k))
+            self.register_buffer("initialized", torch.tensor(False))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -117,9 +140,10 @@ class OrthogonalAttention(nn.Module):
         self.reset_running_stats()
 
     def reset_running_stats(self) -> None:
-        """Forget the running moment: identity, not initialised."""
-        self.running_moment.copy_(torch.eye(self.k))
-        self.initialized.fill_(False)
+        """Forget the running moment (identity, not initialised); ``"sample"`` keeps none."""
+        if self.orthonormalize == "batch":
+            self.running_moment.copy_(torch.eye(self.k))
+            self.initialized.fill_(False)
 
     @property
     def eigenvalues(self) -> Tensor:
@@ -138,25 +162,20 @@ class OrthogonalAttention(nn.Module):
         batch = _batch_or_zeros(batch, len(g), g.device)
         num_samples = int(batch.max()) + 1 if batch.numel() else 1
         w = _sample_normalised(weight, batch, num_samples, g)
-        cross = g_dst is not None
-        if cross:
+        if g_dst is not None:
             batch_dst = _batch_or_zeros(batch_dst, len(g_dst), g.device)
-        psi, psi_dst = self._eigenfunctions(g, w, num_samples, g_dst if cross else None)
+        psi, w_d, psi_dst, mask_dst = self._eigenfunctions(
+            g, batch, w, num_samples, g_dst, batch_dst
+        )
         value = self.lin_v(h) if self.lin_v is not None else h
         dtype = torch.promote_types(value.dtype, torch.float32)
         with torch.autocast(device_type=value.device.type, enabled=False):
-            psi_w, _ = to_dense_batch((psi * w[:, None]).to(dtype), batch, batch_size=num_samples)
             value_d, _ = to_dense_batch(value.to(dtype), batch, batch_size=num_samples)
-            coeff = psi_w.transpose(1, 2) @ value_d  # [B, k, d]
+            coeff = (psi * w_d[..., None]).to(dtype).transpose(1, 2) @ value_d  # [B, k, d]
             if self.inner_product == "sum":
                 coeff = coeff * _weighted_count(w, batch, num_samples).to(dtype)[:, None, None]
             coeff = self.eigenvalues.to(dtype)[None, :, None] * coeff
-            psi_dst_d, mask = to_dense_batch(
-                (psi_dst if cross else psi).to(dtype),
-                batch_dst if cross else batch,
-                batch_size=num_samples,
-            )
-            return (psi_dst_d @ coeff)[mask]  # [N_dst, d]
+            return (psi_dst.to(dtype) @ coeff)[mask_dst]  # [N_dst, d]
 
     def eigenfunctions(
         self,
@@ -164,38 +183,56 @@ class OrthogonalAttention(nn.Module):
         batch: Tensor | None = None,
         weight: Tensor | None = None,
         g_dst: Tensor | None = None,
+        batch_dst: Tensor | None = None,
     ) -> Tensor:
-        """The whitened eigenfunctions :math:`\\psi` (float64) at the nodes of ``g``, or of
-        ``g_dst`` if given, ``[N(_dst), k]``.
+        """The orthonormalised eigenfunctions :math:`\\psi` (float64) at the nodes of ``g``, or
+        of ``g_dst`` (of the samples ``batch_dst``) if given, ``[N(_dst), k]``.
 
-        The moment comes from ``g`` (with ``batch`` and ``weight``) in training mode, which also
-        updates the running moment exactly as :meth:`forward` does; from the running moment in
-        evaluation mode.
+        The factors come from ``g`` with ``batch`` and ``weight``, as in :meth:`forward`; with
+        ``orthonormalize="batch"`` training mode also updates the running moment exactly as
+        :meth:`forward` does, and evaluation mode uses the running moment.
         """
         batch = _batch_or_zeros(batch, len(g), g.device)
         num_samples = int(batch.max()) + 1 if batch.numel() else 1
         w = _sample_normalised(weight, batch, num_samples, g)
-        psi, psi_dst = self._eigenfunctions(g, w, num_samples, g_dst)
-        return psi if g_dst is None else psi_dst
+        if g_dst is not None:
+            batch_dst = _batch_or_zeros(batch_dst, len(g_dst), g.device)
+        _, _, psi_dst, mask_dst = self._eigenfunctions(g, batch, w, num_samples, g_dst, batch_dst)
+        return psi_dst[mask_dst]
 
-    def _eigenfunctions(self, g, w, num_samples, g_dst) -> tuple[Tensor, Tensor | None]:
+    def _eigenfunctions(self, g, batch, w, num_samples, g_dst, batch_dst):
+        """Padded per-sample tensors: ``psi`` ``[B, M, k]`` and ``w`` ``[B, M]`` at the source
+        nodes, ``psi`` at the target nodes ``[B, M_dst, k]`` and their mask (the source nodes'
+        when there are no targets)."""
         q = self.lin_q(g)
         q_dst = self.lin_q(g_dst) if g_dst is not None else None
         with torch.autocast(device_type=q.device.type, enabled=False):
-            q = q.to(torch.float64)
-            if self.training:
-                moment = self._batch_moment(q, w, num_samples)
-                self._update_running_moment(moment.detach())
-            else:
-                moment = self.running_moment.to(torch.float64)
-            chol = _cholesky_with_jitter(moment)
-            psi = _whiten(q, chol)
-            psi_dst = _whiten(q_dst.to(torch.float64), chol) if q_dst is not None else None
-        return psi, psi_dst
+            q_d, mask = to_dense_batch(q.to(torch.float64), batch, batch_size=num_samples)
+            w_d, _ = to_dense_batch(w.to(torch.float64), batch, batch_size=num_samples)
+            chol = self._factor(q_d, w_d, w, batch, num_samples)  # [B or 1, k, k]
+            psi = _whiten(q_d, chol)
+            if q_dst is None:
+                return psi, w_d, psi, mask
+            q_dst_d, mask_dst = to_dense_batch(
+                q_dst.to(torch.float64), batch_dst, batch_size=num_samples
+            )
+            return psi, w_d, _whiten(q_dst_d, chol), mask_dst
 
-    def _batch_moment(self, q: Tensor, w: Tensor, num_samples: int) -> Tensor:
-        moment_sum = (q * w.to(q.dtype)[:, None]).T @ q  # sum over samples of per-sample moments
-        count = torch.tensor([float(num_samples)], dtype=q.dtype, device=q.device)
+    def _factor(self, q_d, w_d, w, batch, num_samples) -> Tensor:
+        """Cholesky factors: one per sample ``[B, k, k]``, or the batch's ``[1, k, k]``."""
+        if self.orthonormalize == "batch" and not self.training:
+            return _cholesky_with_jitter(self.running_moment.to(torch.float64))[None]
+        moments = (q_d * w_d[..., None]).transpose(1, 2) @ q_d  # [B, k, k]: C_b
+        if self.orthonormalize == "sample":
+            _check_enough_nodes(w, batch, num_samples, self.k)
+            return _cholesky_with_jitter(moments)
+        moment = self._batch_moment(moments)
+        self._update_running_moment(moment.detach())
+        return _cholesky_with_jitter(moment)[None]
+
+    def _batch_moment(self, moments: Tensor) -> Tensor:
+        moment_sum = moments.sum(0)  # sum over samples of per-sample moments
+        count = moments.new_tensor([float(len(moments))])
         if _distributed():
             from torch.distributed.nn.functional import all_reduce
 
@@ -212,10 +249,24 @@ class OrthogonalAttention(nn.Module):
             self.running_moment.copy_(moment)
             self.initialized.fill_(True)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if f"{prefix}lin_q.weight" in state_dict:
+            saved = "batch" if f"{prefix}running_moment" in state_dict else "sample"
+            if saved != self.orthonormalize:
+                raise ConfigError(
+                    f"the state of '{prefix.rstrip('.') or 'the layer'}' was saved with "
+                    f"orthonormalize={saved!r} (it {'has' if saved == 'batch' else 'has no'} "
+                    f"running moment) but this model was built with "
+                    f"orthonormalize={self.orthonormalize!r}; build it with "
+                    f"orthonormalize={saved!r}"
+                )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def extra_repr(self) -> str:
         return (
             f"{self.channels}, feature_channels={self.feature_channels}, k={self.k}, "
-            f"value_projection={self.lin_v is not None}, momentum={self.momentum}, "
+            f"value_projection={self.lin_v is not None}, "
+            f"orthonormalize={self.orthonormalize!r}, momentum={self.momentum}, "
             f"inner_product={self.inner_product!r}"
         )
 
@@ -237,23 +288,43 @@ def _weighted_count(w, batch, num_samples) -> Tensor:
     return scatter((w > 0).to(w.dtype), batch, dim=0, dim_size=num_samples, reduce="sum")
 
 
+def _check_enough_nodes(w, batch, num_samples, k) -> None:
+    """k functions can be orthonormal on a sample only if it has k nodes with positive weight."""
+    count = _weighted_count(w, batch, num_samples)
+    if bool((count < k).any()):
+        b = int(torch.argmin(count))
+        raise ConfigError(
+            f"orthonormalize='sample' makes k={k} eigenfunctions orthonormal on every sample, "
+            f"which needs at least k nodes with a positive weight, but sample {b} of the batch "
+            f"has {int(count[b])}; lower k, or build with orthonormalize='batch'"
+        )
+
+
 def _whiten(q: Tensor, chol: Tensor) -> Tensor:
-    """``q L^{-T}`` by a triangular solve (``X L^T = q``), never an explicit inverse."""
-    return torch.linalg.solve_triangular(chol.T, q, upper=True, left=False)
+    """``q L^{-T}`` per sample by a triangular solve (``X L^T = q``), never an explicit inverse;
+    ``q`` ``[B, M, k]``, ``chol`` ``[B, k, k]`` or ``[1, k, k]``."""
+    return torch.linalg.solve_triangular(chol.transpose(-2, -1), q, upper=True, left=False)
 
 
 def _cholesky_with_jitter(moment: Tensor, tries: int = 10) -> Tensor:
-    """Cholesky factor of ``moment``; adds ``eps tr/k I`` (eps = 1e-10, 1e-9, ...) if needed."""
-    chol, info = torch.linalg.cholesky_ex(moment)
-    if int(info) == 0:
-        return chol
+    """Cholesky factors of ``moment`` ``[..., k, k]``; a moment that is not numerically positive
+    definite gets ``eps tr/k I`` added (eps = 1e-10, 1e-9, ...), the others are left as they are.
+    The factors come from a single final call, so gradients never see a failed factorisation."""
     k = moment.shape[-1]
     eye = torch.eye(k, dtype=moment.dtype, device=moment.device)
-    scale = (moment.diagonal().sum().abs() / k).clamp_min(torch.finfo(moment.dtype).tiny)
+    scale = (moment.diagonal(dim1=-2, dim2=-1).sum(-1).abs() / k).clamp_min(
+        torch.finfo(moment.dtype).tiny
+    )
+    jitter = torch.zeros_like(scale)
+    chol, info = torch.linalg.cholesky_ex(moment)
     for exponent in range(-10, -10 + tries):
-        chol, info = torch.linalg.cholesky_ex(moment + scale * 10.0**exponent * eye)
-        if int(info) == 0:
+        failed = info > 0
+        if not bool(failed.any()):
             return chol
+        jitter = torch.where(failed, scale * 10.0**exponent, jitter)
+        chol, info = torch.linalg.cholesky_ex(moment + jitter[..., None, None] * eye)
+    if not bool((info > 0).any()):
+        return chol
     raise torch.linalg.LinAlgError(
         "orthogonal attention: the second moment of the eigenfunction features is not positive "
         "definite even with jitter (are the features NaN or Inf? lower the learning rate or "
@@ -266,4 +337,4 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-__all__ = ["OrthogonalAttention"]
+__all__ = ["ORTHONORMALIZATIONS", "OrthogonalAttention"]

@@ -17,6 +17,10 @@ from meshop.train.normalized import NormalizedModel, make_normalizer
 FORMAT = "meshop-checkpoint"
 VERSION = 1
 CHECKPOINT_NAME = "checkpoint.pt"
+#: options added to a model after checkpoints of it were written: the value that reproduces what
+#: those checkpoints were trained with, used when a saved config lacks the option
+#: (ONO's eigenfunctions were whitened over the batch before ``orthonormalize`` existed)
+SAVED_BEFORE_OPTION = {"meshop.models.ono:ONO": {"orthonormalize": "batch"}}
 
 
 def save_atomic(obj: Any, path: str | os.PathLike) -> Path:
@@ -97,9 +101,11 @@ def load(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> d
 
 def build_from_checkpoint(ckpt: dict[str, Any]) -> NormalizedModel:
     """The trained model of a checkpoint, in eval mode, on the CPU."""
-    from meshop.models.registry import build_model
+    from meshop.models.registry import build_model, model_class
 
-    model = build_model(ckpt["model_name"], **ckpt["model_config"])
+    cls = model_class(ckpt["model_name"])
+    older = SAVED_BEFORE_OPTION.get(f"{cls.__module__}:{cls.__qualname__}", {})
+    model = build_model(ckpt["model_name"], **{**older, **ckpt["model_config"]})
     normalizers = {key: make_normalizer(key, n) for key, n in ckpt["normalizers"].items()}
     wrapped = NormalizedModel(model, normalizers)
     try:
