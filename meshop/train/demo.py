@@ -37,8 +37,7 @@ from meshop.train.trainer import Trainer, seed_everything
 
 @dataclass
 class DemoSettings:
-    """Sizes and settings of the demo. The full one took 6 min 31 s on 2 shared CPU cores (one
-    thread), generation included; see docs/training.md for the results."""
+    """Sizes and settings of the demo (see docs/training.md for measured results)."""
 
     num_train: int = 500
     num_test: int = 100
