@@ -44,7 +44,7 @@ DATASET_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "burgers": {"train": {"epochs": 100, "batch_size": 8}, "dataset": {"resolution": 512}},
     # trained on the coarse meshes; evaluate at refinement=1 or 2 zero-shot. Batch 2: with 200
-    # samples, 25 epochs of batch 8 left PiT at 45 % where batch 2 reached 11 % (results in
+    # samples, 10 epochs of batch 8 left PiT at 45 %, 25 of batch 2 reached 11 % (results in
     # benchmarks/results/mesh_datasets_tuning.md)
     "darcy-mesh": {
         "train": {"epochs": 100, "batch_size": 2},
