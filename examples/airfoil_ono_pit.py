@@ -1,9 +1,10 @@
 """Airfoil flow with ONO and PiT on body-fitted meshes, trained the same way.
 
-The Airfoil dataset (:class:`meshop.datasets.Airfoil`) maps a NACA 4-digit airfoil and its flow
-conditions (camber, camber position, thickness, angle of attack, Mach: ``params``) on an O-mesh
-around the body to the pressure coefficient and the local Mach number at the nodes. The meshes
-differ from sample to sample (they follow the body), and the nodes crowd at the surface.
+The Airfoil dataset (:class:`meshop.datasets.Airfoil`) maps the O-mesh around a NACA 4-digit
+airfoil and the flow conditions (angle of attack and Mach number: ``params``) to the pressure
+coefficient and the local Mach number at the nodes. The section's shape reaches the models only
+through the mesh: the meshes differ from sample to sample (they follow the body), and the nodes
+crowd at the surface.
 
 - ONO (orthogonal attention with quadrature-weighted whitening, two streams) works on the input
   mesh itself, with the mesh's lumped-mass weights as its integrals;
@@ -42,7 +43,7 @@ def main(argv=None) -> dict:
     mesh = dict(num_panels=32, num_layers=8) if args.smoke else dict(num_panels=64, num_layers=16)
     data = dict(progress=not args.smoke, **sizes, **mesh)
     train_set, test_set = Airfoil(split="train", **data), Airfoil(split="test", **data)
-    in_channels = node_features(train_set[0]).shape[1]  # x, y and the 5 flow parameters
+    in_channels = node_features(train_set[0]).shape[1]  # x, y, angle of attack and Mach
     width = 16 if args.smoke else 64
     models = {
         "ono": lambda: ONO(in_channels, 2, pos_dim=2, width=width, layers=4, k=8, heads=4),

@@ -1,11 +1,12 @@
 """Elasticity with PiT, through the Python API: data -> model -> training -> new points.
 
-The Elasticity dataset (:class:`meshop.datasets.Elasticity`) maps the shape of a cavity in an
-elastic unit cell (9 Fourier coefficients, ``params``) and the cell's triangle mesh to the von Mises
-stress at the nodes. PiT reads the coordinates and the parameters at every node, moves them onto
-a latent mesh of farthest-point-sampled nodes, mixes them there with global position-attention and
-decodes at any query points: here the mesh nodes during training, and afterwards random points of
-a test cell that belong to no mesh.
+The Elasticity dataset (:class:`meshop.datasets.Elasticity`) maps the triangle mesh of an elastic
+unit cell with a random cavity to the von Mises stress at the nodes. The cavity's shape reaches the
+model only through the mesh: PiT reads the coordinates of every node, moves them onto a latent
+mesh of farthest-point-sampled nodes, mixes them there with global position-attention (which sees
+where the mesh has nodes and where the cavity leaves a gap) and decodes at any query points: here
+the mesh nodes during training, and afterwards random points of a test cell that belong to no
+mesh.
 
 Run ``python examples/elasticity_pit.py`` (a few minutes on 2 CPU cores: 200 training samples,
 20 epochs) or with ``--smoke``. ``meshop demo`` is the longer version of the same (500 samples,
@@ -24,7 +25,7 @@ from meshop.data import node_features, set_query_points, write_mesh
 from meshop.datasets.elasticity import Elasticity
 from meshop.models import PiT
 from meshop.train import TrainConfig, Trainer, seed_everything
-from meshop.train.demo import points_in_cell
+from meshop.train.demo import points_in_mesh
 from meshop.train.inference import write_points_csv
 
 
@@ -43,7 +44,7 @@ def main(argv=None) -> dict:
 
     seed_everything(0)
     model = PiT(
-        in_channels=node_features(train_set[0]).shape[1],  # x, y and 9 cavity coefficients
+        in_channels=node_features(train_set[0]).shape[1],  # the coordinates x, y
         out_channels=1,
         pos_dim=2,
         width=16 if args.smoke else 64,
@@ -65,7 +66,7 @@ def main(argv=None) -> dict:
 
     # von Mises stress at 1000 random points of the first test cell: none of them is a mesh node
     sample = test_set[0]
-    points = points_in_cell(sample.params[0].numpy(), 100 if args.smoke else 1000)
+    points = points_in_mesh(sample, 100 if args.smoke else 1000)
     query = set_query_points(sample.clone(), points)
     del query.y
     model = trainer.model.eval()

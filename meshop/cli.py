@@ -157,7 +157,12 @@ def _add_predict(sub) -> None:
     p.add_argument("--mesh", required=True, help="input mesh (.vtu, .msh, .vtk, .xdmf, ...)")
     p.add_argument("--query", help="query points: CSV (x,y[,z] per row) or a mesh file")
     p.add_argument("--out", required=True, help="output file: a mesh format or .csv")
-    p.add_argument("--params", help="per-sample parameters, comma separated (if trained with them)")
+    p.add_argument(
+        "--params",
+        help="per-sample parameters, comma separated in the training order, only for a model "
+        "trained with them (Airfoil: angle of attack, Mach; shape_params=true datasets: the shape "
+        "parameters first); the meshes of Elasticity and the Darcy datasets need none",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument(
         "--inputs",

@@ -2,8 +2,8 @@
 
 Usage: python scripts/make_dataset_figures.py [--out docs/figures] [--root /tmp/meshop-figures]
 
-Each dataset is generated with one training sample (and one test sample, which the base class
-always makes) under ``--root``, default a temporary folder, so the repository's cache is untouched.
+Each dataset's first training samples are generated under ``--root``, default a temporary folder,
+so the repository's cache is untouched.
 Datasets that are not available in this installation are skipped with a message.
 """
 
@@ -21,12 +21,13 @@ import matplotlib.pyplot as plt
 import matplotlib.tri as mtri
 import numpy as np
 
-#: dataset class of each figure, and the plot window (None: the whole domain)
+#: dataset class of each figure, the plot window (None: the whole domain), the sample drawn
 DATASETS = {
-    "elasticity": ("meshop.datasets.elasticity:Elasticity", None),
-    "airfoil": ("meshop.datasets.airfoil:Airfoil", ((-0.4, 1.4), (-0.5, 0.5))),
-    "darcy": ("meshop.datasets.darcy:Darcy", None),
-    "burgers": ("meshop.datasets.burgers:Burgers", None),
+    "elasticity": ("meshop.datasets.elasticity:Elasticity", None, 0),
+    "airfoil": ("meshop.datasets.airfoil:Airfoil", ((-0.4, 1.4), (-0.5, 0.5)), 0),
+    "darcy": ("meshop.datasets.darcy:Darcy", None, 0),
+    "burgers": ("meshop.datasets.burgers:Burgers", None, 0),
+    "darcy_mesh": ("meshop.datasets.darcy_mesh:DarcyMesh", None, 1),  # sample 1 has holes
 }
 
 
@@ -100,16 +101,16 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp
-        for name, (target, window) in DATASETS.items():
+        for name, (target, window, index) in DATASETS.items():
             module_name, _, class_name = target.partition(":")
             try:
                 cls = getattr(importlib.import_module(module_name), class_name)
             except (ImportError, AttributeError) as exc:
                 print(f"skipped {name}: {target} is not available ({exc})")
                 continue
-            dataset = cls(root, num_train=1, num_test=1, progress=False)
-            data = dataset[0]
-            title = f"{class_name}: one training sample ({data.num_nodes} nodes)"
+            dataset = cls(root, num_train=index + 1, num_test=1, progress=False)
+            data = dataset[index]
+            title = f"{class_name}: training sample {index} ({data.num_nodes} nodes)"
             draw(data, dataset, title, out / f"{name}.png", window)
             print(f"wrote {out / f'{name}.png'}")
 

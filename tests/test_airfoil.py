@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshop.data import make_loader
+from meshop.data import make_loader, node_features
 from meshop.datasets import Airfoil
 from meshop.datasets.airfoil import (
     airfoil_flow,
@@ -205,16 +205,16 @@ def test_o_mesh_cells_are_convex_and_fill_the_annulus(params):
     assert np.allclose(first, 1e-3, rtol=1e-2)  # first layer along the wall normals
 
 
-def test_airfoil_samples_have_mesh_params_and_subsonic_targets(tmp_path):
+def test_airfoil_samples_have_mesh_flow_conditions_and_subsonic_targets(tmp_path):
     data = Airfoil(root=tmp_path, num_train=2, num_test=1, **SMALL)
     assert len(data) == 2 and Airfoil.target_names == ("Cp", "Mach")
+    assert data.param_names == ("alpha", "mach")
     sample = data[0]
     n = 60 * 13
     assert sample.pos.shape == (n, 2) and sample.y.shape == (n, 2)
     assert sample.cell_index_quad.shape == (4, 60 * 12)
-    assert sample.params.shape == (1, 5) and getattr(sample, "x", None) is None
-    camber, position, thickness, alpha, mach = sample.params[0].tolist()
-    assert 0 <= camber <= 0.06 and 0.2 <= position <= 0.6 and 0.06 <= thickness <= 0.18
+    assert sample.params.shape == (1, 2) and getattr(sample, "x", None) is None
+    alpha, mach = sample.params[0].tolist()
     assert -5 <= alpha <= 5 and 0.2 <= mach <= 0.6
     cp, local = sample.y[:, 0], sample.y[:, 1]
     assert local.max() < 1 and local.min() >= 0
@@ -223,6 +223,22 @@ def test_airfoil_samples_have_mesh_params_and_subsonic_targets(tmp_path):
     assert cp[far].abs().max() < 0.02
     assert cp[0] > 1.0  # trailing edge: compressible stagnation pressure above Cp = 1
     assert sample.weight.sum() == pytest.approx(np.pi * 15.0**2, rel=3e-3)
+    # every model gets [pos, alpha, Mach] per node: the section only through the mesh
+    features = node_features(sample)
+    assert features.shape == (n, 4) and torch.equal(features[:, :2], sample.pos)
+
+
+def test_shape_params_option_adds_the_naca_parameters_of_the_same_sections(tmp_path):
+    plain = Airfoil(root=tmp_path, num_train=2, num_test=1, **SMALL)
+    shaped = Airfoil(root=tmp_path, num_train=2, num_test=1, shape_params=True, **SMALL)
+    assert shaped.param_names == ("camber", "camber_position", "thickness", "alpha", "mach")
+    for a, b in zip(plain, shaped):
+        assert torch.equal(a.pos, b.pos) and torch.equal(a.y, b.y)
+        assert b.params.shape == (1, 5) and torch.equal(b.params[:, 3:], a.params)
+        camber, position, thickness = b.params[0, :3].tolist()
+        assert 0 <= camber <= 0.06 and 0.2 <= position <= 0.6 and 0.06 <= thickness <= 0.18
+        body = naca4(camber, position, thickness, 60)[:-1]
+        np.testing.assert_allclose(b.pos[:60].numpy(), body, atol=1e-6)  # the wall nodes
 
 
 def test_airfoil_generation_is_deterministic_and_split(tmp_path):
@@ -231,12 +247,13 @@ def test_airfoil_generation_is_deterministic_and_split(tmp_path):
     test = Airfoil(root=tmp_path / "a", split="test", num_train=1, num_test=1, seed=3, **SMALL)
     assert torch.equal(first[0].y, again[0].y) and torch.equal(first[0].params, again[0].params)
     assert not torch.equal(first[0].params, test[0].params)
+    assert not torch.equal(first[0].pos, test[0].pos)
 
 
 def test_high_mach_box_still_gives_subsonic_flows(tmp_path):
     data = Airfoil(root=tmp_path, num_train=2, num_test=1, mach=(0.5, 0.6), alpha=(3, 5), **SMALL)
     for sample in data:
-        assert sample.y[:, 1].max() < 1 and sample.params[0, 4] >= 0.5
+        assert sample.y[:, 1].max() < 1 and sample.params[0, 1] >= 0.5
 
 
 def test_impossible_parameter_box_is_refused(tmp_path):
@@ -250,7 +267,7 @@ def test_airfoil_samples_batch_with_their_cells(tmp_path):
     data = Airfoil(root=tmp_path, num_train=2, num_test=1, **SMALL)
     batch = next(iter(make_loader(data, batch_size=2)))
     n = data[0].num_nodes
-    assert batch.num_graphs == 2 and batch.params.shape == (2, 5)
+    assert batch.num_graphs == 2 and batch.params.shape == (2, 2)
     assert batch.cell_index_quad.shape == (4, 2 * 60 * 12)
     assert batch.cell_index_quad[:, 60 * 12 :].min() == n  # second mesh's cells are offset
 

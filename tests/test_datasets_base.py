@@ -27,11 +27,27 @@ def test_samples_depend_only_on_seed_and_index_and_splits_follow_each_other(tmp_
     assert torch.allclose(train[1].pos, torch.as_tensor(expected, dtype=torch.float32))
 
 
-def test_second_construction_loads_the_cache(tmp_path):
-    Counting(tmp_path, num_train=2, num_test=1, progress=False)
+def test_each_split_is_generated_once_when_first_asked_for(tmp_path):
     before = Counting.calls
-    again = Counting(tmp_path, "test", num_train=2, num_test=1, progress=False)
-    assert Counting.calls == before and len(again) == 1
+    Counting(tmp_path, "test", num_train=50, num_test=1, progress=False)
+    assert Counting.calls == before + 1  # the test split alone: not the 50 training samples
+    Counting(tmp_path, num_train=50, num_test=1, progress=False)
+    assert Counting.calls == before + 51
+    again = Counting(tmp_path, "test", num_train=50, num_test=1, progress=False)
+    Counting(tmp_path, num_train=50, num_test=1, progress=False)
+    assert Counting.calls == before + 51 and len(again) == 1
+
+
+def test_a_new_generator_version_does_not_reuse_older_caches(tmp_path):
+    old = Counting(tmp_path, num_train=2, num_test=1, progress=False)
+
+    class Newer(Counting):
+        version = Counting.version + 1
+
+    before = Counting.calls
+    new = Newer(tmp_path, num_train=2, num_test=1, progress=False)
+    assert Counting.calls == before + 2  # generated again
+    assert new.processed_dir != old.processed_dir
 
 
 def test_root_defaults_to_the_environment_then_the_repository(tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshop.data import lumped_mass_weights, make_loader
+from meshop.data import lumped_mass_weights, make_loader, node_features
 from meshop.datasets import Elasticity
 from meshop.datasets.elasticity import random_cavity
 from meshop.datasets.fem import cavity_radius, cell_mesh, solve_cell, von_mises
@@ -123,11 +123,10 @@ def test_elasticity_samples_have_the_documented_fields(tmp_path):
     data = ds[0]
     n = data.num_nodes
     assert data.pos.shape == (n, 2) and data.y.shape == (n, 1) and data.displacement.shape == (n, 2)
-    assert data.params.shape == (1, 9) and data.face.shape[0] == 3
-    assert "latent_pos" not in data and "x" not in data
+    assert data.face.shape[0] == 3
+    assert "latent_pos" not in data and "x" not in data and "params" not in data
     # sample i is drawn from default_rng([seed, i]); the target is von Mises / traction
     coefficients = random_cavity(np.random.default_rng([0, 0]))
-    np.testing.assert_allclose(data.params[0].numpy(), coefficients, rtol=1e-6)
     points, triangles = cell_mesh(coefficients, max_area=4e-3)
     np.testing.assert_allclose(data.pos.numpy(), points, atol=1e-6)
     sol = solve_cell(points, triangles, traction=1.0)
@@ -137,7 +136,23 @@ def test_elasticity_samples_have_the_documented_fields(tmp_path):
     )
     assert data.weight.sum() < 1.0  # the cavity is cut out
     batch = next(iter(make_loader(ds, batch_size=2)))
-    assert batch.num_graphs == 2 and batch.params.shape == (2, 9)
+    assert batch.num_graphs == 2
+
+
+def test_by_default_models_see_the_cavity_only_through_the_mesh(tmp_path):
+    data = Elasticity(tmp_path, **TINY)[0]
+    # every model (the MLP baseline too) gets [x, pos, params] per node: here the positions alone
+    torch.testing.assert_close(node_features(data), data.pos)
+    with_shape = Elasticity(tmp_path, shape_params=True, **TINY)
+    assert with_shape.processed_dir != Elasticity(tmp_path, **TINY).processed_dir
+    shaped = with_shape[0]
+    torch.testing.assert_close(shaped.pos, data.pos)
+    torch.testing.assert_close(shaped.y, data.y)
+    coefficients = random_cavity(np.random.default_rng([0, 0]))
+    np.testing.assert_allclose(shaped.params[0].numpy(), coefficients, rtol=1e-6)
+    assert node_features(shaped).shape == (data.num_nodes, 2 + 9)
+    batch = next(iter(make_loader(with_shape, batch_size=2)))
+    assert batch.params.shape == (2, 9)
 
 
 def test_elasticity_is_seeded_split_by_index_and_cached(tmp_path, monkeypatch):
@@ -145,9 +160,10 @@ def test_elasticity_is_seeded_split_by_index_and_cached(tmp_path, monkeypatch):
     test = Elasticity(tmp_path, split="test", **TINY)
     bigger = Elasticity(tmp_path, **{**TINY, "num_train": 3})  # sample i depends only on (seed, i)
     torch.testing.assert_close(bigger[1].y, train[1].y)
-    torch.testing.assert_close(bigger[2].params, test[0].params)
+    torch.testing.assert_close(bigger[2].pos, test[0].pos)
+    torch.testing.assert_close(bigger[2].y, test[0].y)
     other = Elasticity(tmp_path, seed=1, **TINY)
-    assert not torch.equal(other[0].params, train[0].params)
+    assert other[0].pos.shape != train[0].pos.shape or not torch.equal(other[0].pos, train[0].pos)
 
     def no_generation(*args):
         raise AssertionError("a cached dataset must not be generated again")
@@ -168,3 +184,20 @@ def test_elasticity_neo_hookean_option_changes_the_stress(tmp_path):
 def test_elasticity_rejects_unknown_material(tmp_path):
     with pytest.raises(ConfigError, match="neo-hookean"):
         Elasticity(tmp_path, material="plastic", **TINY)
+
+
+def test_demo_new_points_are_uniform_in_the_cell_outside_the_cavity(tmp_path):
+    from meshop.train.demo import points_in_mesh
+
+    data = Elasticity(tmp_path, **TINY)[0]
+    points = points_in_mesh(data, 4000, seed=1)
+    coefficients = random_cavity(np.random.default_rng([0, 0]))
+    d = points - 0.5
+    radius = cavity_radius(np.arctan2(d[:, 1], d[:, 0]), coefficients)
+    assert points.min() >= 0 and points.max() <= 1
+    # outside the cavity (up to the 64-gon's chords: inside the circle through its vertices)
+    assert np.all(np.hypot(d[:, 0], d[:, 1]) > radius - 2e-3)
+    # uniform: a quarter of the cell's area holds a quarter of the points
+    left = (points[:, 0] < 0.5) & (points[:, 1] < 0.5)
+    quarter = data.weight[(data.pos[:, 0] < 0.5) & (data.pos[:, 1] < 0.5)].sum() / data.weight.sum()
+    assert left.mean() == pytest.approx(float(quarter), abs=0.03)

@@ -38,12 +38,14 @@ def test_geofno_elasticity_reads_the_published_layout(tmp_path, rng):
     data = train[1]
     np.testing.assert_allclose(data.pos.numpy(), xy[:, :, 1], rtol=1e-6)
     np.testing.assert_allclose(data.y[:, 0].numpy(), sigma[:, 1], rtol=1e-6)
-    np.testing.assert_allclose(data.params[0].numpy(), rr[:, 1], rtol=1e-6)
     torch.testing.assert_close(data.weight, torch.full((n,), 1.0 / n))
     np.testing.assert_allclose(test[0].y[:, 0].numpy(), sigma[:, -1], rtol=1e-6)  # test = the last
-    # the same Data form as the generated Elasticity dataset: positions, stress target, shape params
-    assert {"pos", "y", "params", "weight"} <= set(data.keys())
-    assert next(iter(make_loader(train, batch_size=3))).params.shape == (3, 42)
+    # the same Data form as the generated Elasticity dataset: the cavity only through the points
+    assert set(data.keys()) == {"pos", "y", "weight"}
+    with_radii = GeoFNOElasticity(tmp_path, num_train=3, num_test=1, shape_params=True)
+    torch.testing.assert_close(with_radii[1].pos, data.pos)
+    np.testing.assert_allclose(with_radii[1].params[0].numpy(), rr[:, 1], rtol=1e-6)
+    assert next(iter(make_loader(with_radii, batch_size=3))).params.shape == (3, 42)
 
 
 def test_converted_files_are_cached_until_the_files_change(tmp_path, rng, monkeypatch):

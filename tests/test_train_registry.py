@@ -75,6 +75,7 @@ TINY_DATA = {
     "airfoil": {"num_train": 2, "num_test": 1, "num_panels": 32, "num_layers": 8},
     "darcy": {"num_train": 2, "num_test": 1, "resolution": 9, "fine_resolution": 17},
     "burgers": {"num_train": 2, "num_test": 1, "resolution": 32, "fine_resolution": 64},
+    "darcy-mesh": {"num_train": 2, "num_test": 1, "max_area": 0.01},
 }
 TINY_MODELS = {
     "pit": {"width": 8, "blocks": 1},

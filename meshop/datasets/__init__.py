@@ -4,6 +4,7 @@ from meshop.datasets.airfoil import Airfoil
 from meshop.datasets.base import GeneratedDataset, data_root
 from meshop.datasets.burgers import Burgers
 from meshop.datasets.darcy import Darcy
+from meshop.datasets.darcy_mesh import DarcyMesh
 from meshop.datasets.elasticity import Elasticity
 from meshop.datasets.mesh_folder import SAMPLE_MESHES, MeshFolder
 from meshop.datasets.standard import FNOBurgers, FNODarcy, GeoFNOAirfoil, GeoFNOElasticity
@@ -12,6 +13,7 @@ __all__ = [
     "Airfoil",
     "Burgers",
     "Darcy",
+    "DarcyMesh",
     "Elasticity",
     "FNOBurgers",
     "FNODarcy",

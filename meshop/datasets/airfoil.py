@@ -246,8 +246,13 @@ class Airfoil(GeneratedDataset):
     ``cell_index_quad``, lumped-mass ``weight`` summing to the area between body and far field):
 
     - ``pos`` [N, 2] node coordinates (chords; leading edge at the origin), no input field ``x``;
-    - ``params`` [1, 5] = camber, camber position, thickness, angle of attack (degrees), Mach;
+    - ``params`` [1, 2] = the flow conditions: angle of attack (degrees) and free-stream Mach;
     - ``y`` [N, 2] = pressure coefficient :math:`C_p` and local Mach number.
+
+    As in Geo-FNO's airfoil benchmark, the section's shape reaches the model only through the
+    body-fitted mesh (``pos``, the cells and weights). ``shape_params=True`` prepends the NACA
+    parameters: ``params`` [1, 5] = camber, camber position, thickness, angle of attack, Mach
+    (``param_names``); the drawn sections and flows are the same either way.
 
     The flow is computed by :func:`airfoil_flow` (vortex panels, Karman-Tsien, isentropic Mach).
 
@@ -266,14 +271,21 @@ class Airfoil(GeneratedDataset):
         num_layers: cell layers of the O-mesh (see :func:`o_mesh`).
         first_layer: height of the first cell layer, in chords.
         farfield: outer radius of the O-mesh, in chords.
+        shape_params: also give the NACA parameters (camber, camber position, thickness) as the
+            first ``params`` (off by default: with them, a pointwise regression already knows the
+            section).
         transform: PyG transform applied on access.
         progress: show a tqdm progress bar while generating.
     """
 
     name = "airfoil"
+    #: 2: ``params`` holds only the flow conditions unless ``shape_params=True``
+    version = 2
     #: draws per sample before giving up on a parameter box without subsonic flows
     max_tries = 100
-    param_names = ("camber", "camber_position", "thickness", "alpha", "mach")
+    #: the section's NACA parameters and the flow conditions, in the order they are drawn
+    shape_names = ("camber", "camber_position", "thickness")
+    flow_names = ("alpha", "mach")
     target_names = ("Cp", "Mach")
 
     def __init__(
@@ -292,6 +304,7 @@ class Airfoil(GeneratedDataset):
         num_layers: int = 40,
         first_layer: float = 1e-3,
         farfield: float = 15.0,
+        shape_params: bool = False,
         transform=None,
         progress: bool = True,
     ):
@@ -322,20 +335,29 @@ class Airfoil(GeneratedDataset):
             num_layers=int(num_layers),
             first_layer=float(first_layer),
             farfield=float(farfield),
+            shape_params=bool(shape_params),
         )
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """Names of the ``params`` columns: the flow conditions, after the NACA parameters with
+        ``shape_params=True``."""
+        return (self.shape_names if self.config["shape_params"] else ()) + self.flow_names
 
     def generate(self, index: int, rng: np.random.Generator) -> Data:
         c = self.config
-        low, high = np.array([c[k] for k in self.param_names]).T
+        names = self.shape_names + self.flow_names
+        low, high = np.array([c[k] for k in names]).T
         mesh_options = {k: c[k] for k in ("num_panels", "num_layers", "first_layer", "farfield")}
+        kept = slice(0 if c["shape_params"] else len(self.shape_names), None)
         for _ in range(self.max_tries):
             params = rng.uniform(low, high)
             mesh = airfoil_flow(*params, **mesh_options)
             if np.all(mesh.point_data["Mach"] < 1):  # False for NaN: far beyond sonic
-                data = from_meshio(mesh, targets=list(self.target_names), params=params)
+                data = from_meshio(mesh, targets=list(self.target_names), params=params[kept])
                 del data.source
                 return data
-        box = {k: (float(lo), float(hi)) for k, lo, hi in zip(self.param_names, low, high)}
+        box = {k: (float(lo), float(hi)) for k, lo, hi in zip(names, low, high)}
         raise ConfigError(
             f"no subsonic flow in {self.max_tries} draws from the parameter box {box}; "
             "lower the Mach number or angle-of-attack range"

@@ -53,14 +53,19 @@ class GeneratedDataset(InMemoryDataset):
 
     Sample ``i`` is generated from ``numpy.random.default_rng([seed, i])``, so it does not depend on
     the split sizes or on generation order. The train split holds samples ``0 .. num_train - 1``,
-    the test split ``num_train .. num_train + num_test - 1``. Generated splits are cached under
-    ``root/<name>/processed/<hash of the configuration>/``; a second construction loads them.
+    the test split ``num_train .. num_train + num_test - 1``. Each split is generated when it is
+    first asked for and cached under ``root/<name>/processed/<hash of the configuration>/``; a
+    second construction loads it.
 
     Subclasses set ``name`` and implement :meth:`generate`; every keyword in ``config`` (the
-    solver's parameters) is part of the cache key.
+    solver's parameters) is part of the cache key, and so is ``version``, which a subclass bumps
+    whenever what it generates changes, so that caches written by older code are regenerated
+    instead of reused.
     """
 
     name: str = "generated"
+    #: the generator's version, part of the cache key
+    version: int = 1
 
     def __init__(
         self,
@@ -89,6 +94,7 @@ class GeneratedDataset(InMemoryDataset):
                 "n": [self.num_train, self.num_test],
                 "seed": self.seed,
                 "format": CACHE_FORMAT,
+                "version": self.version,
                 **self.config,
             },
             sort_keys=True,
@@ -96,7 +102,7 @@ class GeneratedDataset(InMemoryDataset):
         )
         self.config_hash = hashlib.sha1(key.encode()).hexdigest()[:12]
         super().__init__(str(data_root(root) / self.name), transform=transform, log=progress)
-        self.load(self.processed_paths[SPLITS.index(split)])
+        self.load(self.processed_paths[0])
 
     @property
     def raw_file_names(self) -> list[str]:
@@ -108,7 +114,7 @@ class GeneratedDataset(InMemoryDataset):
 
     @property
     def processed_file_names(self) -> list[str]:
-        return [f"{s}.pt" for s in SPLITS]
+        return [f"{self.split}.pt"]
 
     def download(self) -> None:  # generated, nothing to download
         pass
@@ -118,25 +124,29 @@ class GeneratedDataset(InMemoryDataset):
         raise NotImplementedError
 
     def process(self) -> None:
-        ranges = {
-            "train": range(self.num_train),
-            "test": range(self.num_train, self.num_train + self.num_test),
-        }
+        first = 0 if self.split == "train" else self.num_train
+        count = self.num_train if self.split == "train" else self.num_test
         with open(os.path.join(self.processed_dir, "config.json"), "w") as f:
             json.dump(
-                {"n": [self.num_train, self.num_test], "seed": self.seed, **self.config},
+                {
+                    "n": [self.num_train, self.num_test],
+                    "seed": self.seed,
+                    "version": self.version,
+                    **self.config,
+                },
                 f,
                 default=str,
             )
-        for split, path in zip(SPLITS, self.processed_paths):
-            samples = []
-            for i in tqdm(
-                ranges[split], desc=f"{self.name} {split}", disable=not self.progress or None
-            ):
-                sample = self.generate(i, np.random.default_rng([self.seed, i]))
-                sample.sample_id = torch.tensor([i])
-                samples.append(sample)
-            self.save(samples, path)
+        samples = []
+        for i in tqdm(
+            range(first, first + count),
+            desc=f"{self.name} {self.split}",
+            disable=not self.progress or None,
+        ):
+            sample = self.generate(i, np.random.default_rng([self.seed, i]))
+            sample.sample_id = torch.tensor([i])
+            samples.append(sample)
+        self.save(samples, self.processed_paths[0])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.split}, {len(self)} samples, root='{self.root}')"

@@ -45,17 +45,19 @@ class Elasticity(GeneratedDataset):
     :math:`r(\theta) = r_0 + \sum_{k=1}^K a_k \cos k\theta + b_k \sin k\theta`. It is meshed with
     Triangle (~1000 nodes) and solved in plane strain by P2 finite elements (scikit-fem): bottom
     edge clamped, uniform upward traction on the top edge, sides and cavity free
-    (:mod:`meshop.datasets.fem`). The operator maps the cavity shape (node positions and Fourier
-    coefficients) to the stress field.
+    (:mod:`meshop.datasets.fem`). The operator maps the cavity shape to the stress field. As in
+    Geo-FNO, the shape reaches the model only through the mesh: the node positions (and the
+    cells and weights), so a pointwise model cannot know the cavity.
 
     Each sample is a ``Data`` with
 
     - ``pos`` [N, 2]: mesh nodes (N varies per sample), ``face`` [3, F]: the triangles;
     - ``y`` [N, 1]: von Mises stress divided by the applied traction (``target_names``);
     - ``displacement`` [N, 2]: displacement in units of the cell side;
-    - ``params`` [1, 2K + 1]: the Fourier coefficients ``[r_0, a_1, b_1, ..., a_K, b_K]``;
     - ``weight`` [N]: lumped-mass quadrature weights (summing to the area of the cell minus the
-      cavity).
+      cavity);
+    - only with ``shape_params=True``: ``params`` [1, 2K + 1], the Fourier coefficients
+      ``[r_0, a_1, b_1, ..., a_K, b_K]``, which every model then receives at every node.
 
     Args:
         root: data root (default ``$MESHOP_DATA`` or the repository's ``datasets/``).
@@ -69,16 +71,21 @@ class Elasticity(GeneratedDataset):
         youngs_modulus: E in MPa.
         poisson_ratio: nu.
         traction: upward traction on the top edge in MPa (per reference length).
+        shape_params: also give each sample the cavity's Fourier coefficients as ``params`` (off
+            by default: with them, a pointwise regression on coordinates and coefficients already
+            knows the geometry). The cavities and meshes are the same either way.
         transform: PyG transform applied on access.
         progress: show a tqdm progress bar while generating.
 
     Example:
         >>> train = Elasticity(split="train", num_train=1000, num_test=200)  # doctest: +SKIP
         >>> train[0]  # doctest: +SKIP
-        Data(pos=[981, 2], weight=[981], y=[981, 1], params=[1, 9], displacement=[981, 2], ...)
+        Data(pos=[981, 2], weight=[981], y=[981, 1], displacement=[981, 2], face=[3, 1771], ...)
     """
 
     name = "elasticity"
+    #: 2: samples carry no ``params`` unless ``shape_params=True``
+    version = 2
     target_names = ("von_mises",)
 
     def __init__(
@@ -95,6 +102,7 @@ class Elasticity(GeneratedDataset):
         youngs_modulus: float = 10.0,
         poisson_ratio: float = 0.3,
         traction: float = 1.0,
+        shape_params: bool = False,
         transform=None,
         progress: bool = True,
     ):
@@ -119,6 +127,7 @@ class Elasticity(GeneratedDataset):
             youngs_modulus=float(youngs_modulus),
             poisson_ratio=float(poisson_ratio),
             traction=float(traction),
+            shape_params=bool(shape_params),
         )
 
     def generate(self, index: int, rng: np.random.Generator) -> Data:
@@ -137,7 +146,7 @@ class Elasticity(GeneratedDataset):
             points,
             y=solution.von_mises / c["traction"],
             weight=lumped_mass_weights(points, [("triangle", triangles)]),
-            params=coefficients,
+            params=coefficients if c["shape_params"] else None,
         )
         data.displacement = torch.as_tensor(solution.displacement, dtype=torch.float32)
         data.face = torch.as_tensor(triangles.T.copy(), dtype=torch.long)

@@ -23,6 +23,7 @@ reference (undeformed) node positions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +69,56 @@ def cavity_radius(theta: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
     ).sum(0)
 
 
+def triangulate(
+    loops: Sequence[np.ndarray],
+    hole_points: Sequence[Sequence[float]] = (),
+    max_area: float = 1e-3,
+    min_angle: float = 30.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Quality triangle mesh of a polygonal domain with holes, by Triangle (deterministic).
+
+    Args:
+        loops: closed polygons [M_i, 2] (last vertex not repeated): the outer boundary first, then
+            the boundaries of the holes.
+        hole_points: one point inside each hole (Triangle removes the triangles it can reach
+            from there without crossing a boundary).
+        max_area: largest triangle area.
+        min_angle: smallest triangle angle in degrees.
+
+    Returns:
+        points [N, 2], triangles [F, 3] (counter-clockwise) and ``boundary`` [N]: 0 for interior
+        nodes, ``i + 1`` for nodes on ``loops[i]`` (its vertices and the nodes Triangle inserts
+        on its edges).
+    """
+    if max_area <= 0 or not 0 < min_angle <= 34:
+        raise ConfigError(
+            f"need max_area > 0 and 0 < min_angle <= 34 degrees (Triangle's limit for a "
+            f"guaranteed termination), got max_area={max_area}, min_angle={min_angle}"
+        )
+    vertices, segments, markers, start = [], [], [], 0
+    for i, loop in enumerate(loops):
+        loop = np.asarray(loop, dtype=np.float64)
+        ring = start + np.arange(len(loop))
+        vertices.append(loop)
+        segments.append(np.stack([ring, np.roll(ring, -1)], axis=1))
+        markers.append(np.full(len(loop), i + 1))
+        start += len(loop)
+    geometry = {
+        "vertices": np.concatenate(vertices),
+        "vertex_markers": np.concatenate(markers)[:, None],
+        "segments": np.concatenate(segments),
+        "segment_markers": np.concatenate(markers)[:, None],
+    }
+    if len(hole_points):
+        geometry["holes"] = np.asarray(hole_points, dtype=np.float64).reshape(-1, 2)
+    mesh = triangle.triangulate(geometry, f"pq{min_angle}a{max_area:.12f}Q")
+    return (
+        mesh["vertices"].astype(np.float64),
+        mesh["triangles"].astype(np.int64),
+        mesh["vertex_markers"].astype(np.int64).ravel(),
+    )
+
+
 def cell_mesh(
     coefficients: np.ndarray | None = None,
     max_area: float = 1e-3,
@@ -85,27 +136,29 @@ def cell_mesh(
     Returns:
         points [N, 2] and triangles [F, 3] (counter-clockwise).
     """
-    corners = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
-    square = np.array([[0, 1], [1, 2], [2, 3], [3, 0]])
-    geometry = {"vertices": corners, "segments": square}
+    square = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    loops, holes = [square], []
     if coefficients is not None:
-        theta = np.linspace(0.0, 2.0 * np.pi, boundary_points, endpoint=False)
-        r = cavity_radius(theta, coefficients)
         centre = np.asarray(CAVITY_CENTER)
-        loop = centre + r[:, None] * np.stack([np.cos(theta), np.sin(theta)], axis=1)
+        loop = star_polygon(centre, coefficients, boundary_points)
+        r = cavity_radius(np.linspace(0.0, 2.0 * np.pi, boundary_points, endpoint=False), coefficients)
         if r.min() <= 0.0 or loop.min() <= 0.0 or loop.max() >= 1.0:
             raise ConfigError(
                 f"the cavity must lie inside the unit cell with a positive radius; coefficients "
                 f"{np.round(coefficients, 4).tolist()} give radii in [{r.min():.3f}, {r.max():.3f}]"
             )
-        ring = np.arange(boundary_points)
-        geometry = {
-            "vertices": np.concatenate([corners, loop]),
-            "segments": np.concatenate([square, 4 + np.stack([ring, np.roll(ring, -1)], axis=1)]),
-            "holes": centre[None, :],
-        }
-    mesh = triangle.triangulate(geometry, f"pq{min_angle}a{max_area}Q")
-    return mesh["vertices"].astype(np.float64), mesh["triangles"].astype(np.int64)
+        loops.append(loop)
+        holes.append(centre)
+    points, triangles, _ = triangulate(loops, holes, max_area=max_area, min_angle=min_angle)
+    return points, triangles
+
+
+def star_polygon(centre: np.ndarray, coefficients: np.ndarray, count: int) -> np.ndarray:
+    """``count`` points [count, 2] of the star-shaped curve ``centre + r(theta) (cos, sin)``,
+    equally spaced in angle from ``theta = 0`` (``r`` from :func:`cavity_radius`)."""
+    theta = np.linspace(0.0, 2.0 * np.pi, count, endpoint=False)
+    r = cavity_radius(theta, coefficients)
+    return np.asarray(centre) + r[:, None] * np.stack([np.cos(theta), np.sin(theta)], axis=1)
 
 
 @dataclass

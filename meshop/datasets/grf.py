@@ -12,6 +12,8 @@ the data generators of the FNO and Galerkin Transformer papers:
 
 - ``"neumann"``: cosines :math:`\\prod_d \\sqrt{2 - \\delta_{k_d 0}}\\cos(\\pi k_d x_d)`,
   :math:`\\lambda_k = \\pi^2 |k|^2`, evaluated on ``linspace(0, 1, n)`` (endpoints included);
+  :class:`CosineSeriesField` is the same series as a function, evaluable at any points of the box
+  (the nodes of any mesh of a domain inside it);
 - ``"periodic"``: Fourier modes :math:`e^{2\\pi i k \\cdot x}` (real and imaginary parts, times
   :math:`\\sqrt 2`), :math:`\\lambda_k = 4\\pi^2 |k|^2`, on ``arange(n) / n`` (the endpoint 1 is the
   point 0), all modes the grid resolves except the Nyquist ones.
@@ -70,18 +72,81 @@ def gaussian_random_field(
     return _neumann_field(rng, shape, alpha, tau, sigma, modes)
 
 
-def _neumann_field(rng, shape, alpha, tau, sigma, modes) -> np.ndarray:
-    counts = [(n if modes is None else int(modes) + 1) for n in shape]
+def _neumann_coefficients(rng, counts, alpha, tau, sigma) -> np.ndarray:
+    """The Karhunen-Loeve coefficients [*counts] of the cosine series, the constant one zero."""
     freqs = [np.pi * np.arange(m) for m in counts]
     coef = _sqrt_eigenvalues(freqs, alpha, tau, sigma) * rng.standard_normal(counts)
     coef.flat[0] = 0.0  # mean zero
-    field = coef
+    return coef
+
+
+def _cosine_basis(x: np.ndarray, count: int) -> np.ndarray:
+    """The orthonormal cosines ``sqrt(2 - delta_k0) cos(pi k x)`` [len(x), count]."""
+    basis = np.cos(np.pi * np.outer(x, np.arange(count))) * np.sqrt(2.0)
+    basis[:, 0] = 1.0
+    return basis
+
+
+def _neumann_field(rng, shape, alpha, tau, sigma, modes) -> np.ndarray:
+    counts = [(n if modes is None else int(modes) + 1) for n in shape]
+    field = _neumann_coefficients(rng, counts, alpha, tau, sigma)
     for axis, (n, m) in enumerate(zip(shape, counts)):
-        x = np.linspace(0.0, 1.0, n)
-        basis = np.cos(np.pi * np.outer(x, np.arange(m))) * np.sqrt(2.0)  # [n, m], orthonormal
-        basis[:, 0] = 1.0
+        basis = _cosine_basis(np.linspace(0.0, 1.0, n), m)  # [n, m]
         field = np.moveaxis(np.tensordot(basis, field, axes=([1], [axis])), 0, axis)
     return field
+
+
+class CosineSeriesField:
+    r"""A Gaussian random field on the unit box as a function: the truncated Karhunen-Loeve series
+
+    .. math::
+        g(x) = \sum_{k \in \{0..m-1\}^d,\, k \neq 0} \sigma\,(\pi^2|k|^2 + \tau^2)^{-\alpha/2}
+            \,\xi_k \prod_{i=1}^{d} \sqrt{2}\cos(\pi k_i x_i),\qquad \xi_k \sim \mathcal N(0, 1),
+
+    the cosine series of :func:`gaussian_random_field` (``boundary="neumann"``) with ``m`` modes
+    per axis. Being a function, it can be evaluated at the nodes of any mesh, and at the quadrature
+    points of a finite element solver: meshes of the same domain at several resolutions see the
+    same field.
+
+    Args:
+        rng: the random generator (the coefficients are its next ``m^d`` normal draws).
+        dim: dimension ``d`` of the box.
+        modes: ``m``, cosines per axis (16 keeps 99.7% of the variance for alpha 2, tau 3).
+        alpha, tau, sigma: as in :func:`gaussian_random_field`; ``sigma=None`` scales the field to
+            unit variance averaged over the box (its coefficients' squares sum to 1).
+    """
+
+    def __init__(
+        self,
+        rng: np.random.Generator,
+        dim: int = 2,
+        modes: int = 16,
+        alpha: float = 2.0,
+        tau: float = 3.0,
+        sigma: float | None = None,
+    ):
+        if not 1 <= dim <= 3 or modes < 2:
+            raise ConfigError(f"need 1 <= dim <= 3 and modes >= 2, got dim={dim}, modes={modes}")
+        self.coefficients = _neumann_coefficients(rng, [int(modes)] * dim, alpha, tau, 1.0)
+        if sigma is None:
+            scale = _sqrt_eigenvalues([np.pi * np.arange(modes)] * dim, alpha, tau, 1.0)
+            scale.flat[0] = 0.0
+            self.coefficients /= np.sqrt(np.sum(scale**2))
+        else:
+            self.coefficients *= sigma
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """The field at points ``x`` [dim, ...] (coordinates first, as scikit-fem's ``w.x``)."""
+        x = np.asarray(x, dtype=np.float64)
+        dim, modes = self.coefficients.ndim, self.coefficients.shape[0]
+        if x.shape[0] != dim:
+            raise ConfigError(f"points must have shape [{dim}, ...], got {tuple(x.shape)}")
+        flat = x.reshape(dim, -1)
+        field = self.coefficients
+        letters = "abc"[:dim]
+        bases = [_cosine_basis(flat[i], modes) for i in range(dim)]  # [P, m] each
+        spec = ",".join(f"p{letter}" for letter in letters) + f",{letters}->p"
+        return np.einsum(spec, *bases, field, optimize=True).reshape(x.shape[1:])
 
 
 def _periodic_field(rng, shape, alpha, tau, sigma) -> np.ndarray:

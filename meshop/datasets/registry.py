@@ -40,6 +40,11 @@ DATASETS: dict[str, DatasetEntry] = {
         "pressure coefficient and Mach number around random NACA airfoils (O-meshes)",
         ("pit", "ono", "galerkin", "fourier", "mlp"),
     ),
+    "darcy-mesh": DatasetEntry(
+        "meshop.datasets.darcy_mesh:DarcyMesh",
+        "Darcy flow on random domains with holes (FEM, Triangle meshes; refinement=1, 2: finer)",
+        ("pit", "ono", "galerkin", "fourier", "mlp"),
+    ),
     "darcy": DatasetEntry(
         "meshop.datasets.darcy:Darcy",
         "2D Darcy flow on a uniform grid: permeability -> pressure",

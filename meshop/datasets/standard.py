@@ -168,8 +168,9 @@ class GeoFNOElasticity(StandardFiles):
     [N, S] stress, ``Random_UnitCell_rr_10.npy`` [42, S] cavity radii (N = 972, S = 2000). As in the
     Geo-FNO and PiT scripts, train = the first ``num_train`` samples, test = the last ``num_test``.
 
-    Samples: ``pos`` [N, 2], ``y`` [N, 1] stress, ``params`` [1, 42] radii, ``weight`` 1/N (a point
-    cloud: no cells).
+    Samples: ``pos`` [N, 2], ``y`` [N, 1] stress, ``weight`` 1/N (a point cloud: no cells). As in
+    the Geo-FNO, PiT and ONO experiments the cavity reaches the model only through the point
+    cloud; ``shape_params=True`` adds the 42 radii as ``params`` [1, 42].
     """
 
     name = "geofno_elasticity"
@@ -182,10 +183,23 @@ class GeoFNOElasticity(StandardFiles):
     target_names = ("stress",)
 
     def __init__(
-        self, root=None, split="train", raw_dir=None, num_train=1000, num_test=200, transform=None
+        self,
+        root=None,
+        split="train",
+        raw_dir=None,
+        num_train=1000,
+        num_test=200,
+        shape_params=False,
+        transform=None,
     ):
         super().__init__(
-            root, split, raw_dir, transform, num_train=int(num_train), num_test=int(num_test)
+            root,
+            split,
+            raw_dir,
+            transform,
+            num_train=int(num_train),
+            num_test=int(num_test),
+            shape_params=bool(shape_params),
         )
 
     def read(self):
@@ -202,7 +216,8 @@ class GeoFNOElasticity(StandardFiles):
         _split_counts(total, n_train, n_test, self.files_dir)
 
         def sample(i):
-            return from_points(xy[:, :, i], y=sigma[:, i], params=rr[:, i])
+            radii = rr[:, i] if self.config["shape_params"] else None
+            return from_points(xy[:, :, i], y=sigma[:, i], params=radii)
 
         return [sample(i) for i in range(n_train)], [
             sample(i) for i in range(total - n_test, total)
