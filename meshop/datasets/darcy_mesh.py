@@ -206,18 +206,24 @@ class DarcyMesh(GeneratedDataset):
     Args:
         root: data root (default ``$MESHOP_DATA`` or the repository's ``datasets/``).
         split: ``"train"`` or ``"test"``.
-        num_train, num_test: split sizes; sample ``i`` depends only on ``seed`` and ``i``.
+        num_train: training samples; sample ``i`` depends only on ``seed`` and ``i``.
+        num_test: test samples (the samples after the training ones).
         seed: random seed of the domains and fields.
         refinement: mesh level (0: ``max_area``; each level 4x smaller triangles).
         max_area: largest triangle area at level 0 (4e-4: about 600 to 1300 nodes).
         coefficient: ``"lognormal"`` or ``"threshold"``.
         log_std: standard deviation of ``log a`` (lognormal).
         threshold_values: ``(high, low)`` values of ``a`` (threshold).
-        alpha, tau: the Gaussian field's covariance :math:`(-\\Delta + \\tau^2 I)^{-\\alpha}`
-            (scaled to unit variance), ``modes`` cosines per axis.
-        polygon_fraction, hole_fraction, max_holes: the domains (see :func:`random_domain`).
+        alpha: exponent of the Gaussian field's covariance
+            :math:`(-\\Delta + \\tau^2 I)^{-\\alpha}` (scaled to unit variance).
+        tau: inverse length scale of that covariance.
+        modes: cosines per axis of the field's series.
+        polygon_fraction: share of polygonal outer boundaries (see :func:`random_domain`).
+        hole_fraction: share of domains with holes.
+        max_holes: most holes in one domain.
         degree: finite elements, 1 (P1) or 2 (P2).
-        transform, progress: as in :class:`~meshop.datasets.GeneratedDataset`.
+        transform: PyG transform applied on access.
+        progress: show a tqdm progress bar while generating.
     """
 
     name = "darcy_mesh"
