@@ -39,17 +39,21 @@ DATASETS = {
     "airfoil": dict(num_train=200, num_test=50, num_panels=100, num_layers=20),
     "darcy": dict(num_train=200, num_test=50, resolution=22, fine_resolution=421),
     "burgers": dict(num_train=200, num_test=50, resolution=256),
+    "darcy-mesh": dict(num_train=200, num_test=50),
 }
 QUICK = {
     "elasticity": dict(num_train=4, num_test=2, max_area=0.01),
     "airfoil": dict(num_train=4, num_test=2, num_panels=30, num_layers=6),
     "darcy": dict(num_train=4, num_test=2, resolution=6, fine_resolution=41),
     "burgers": dict(num_train=4, num_test=2, resolution=32, fine_resolution=1024),
+    "darcy-mesh": dict(num_train=4, num_test=2, max_area=0.01),
 }
 MINUTES = 2.0  # CPU budget of one model on one dataset
 MODELS = ("pit", "galerkin", "fourier", "ono", "mlp")
 #: models evaluated at finer Darcy grids than they were trained on
 SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "ono")
+#: refinement levels of the DarcyMesh test meshes evaluated without retraining (2x, 4x finer)
+REFINEMENTS = (1, 2)
 NAMES = {
     "pit": "PiT",
     "galerkin": "Galerkin Transformer",
@@ -75,6 +79,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
     parser.add_argument(
         "--tables-from", type=Path, default=None, help="only redraw the tables of an accuracy.json"
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="merge into the existing accuracy.json: these rows replace the rows of the same "
+        "dataset and model and are noted with this command and date",
+    )
+    parser.add_argument(
+        "--forget",
+        default="",
+        help="with --update: comma-separated datasets whose older rows are dropped (their "
+        "dataset changed since they were measured)",
     )
     return parser.parse_args(argv)
 
@@ -165,6 +181,20 @@ def super_resolution(record: dict, args) -> dict:
     return errors
 
 
+def refinement_errors(record: dict, args) -> dict:
+    """Test error of a DarcyMesh model on the same test domains and fields meshed 2x and 4x
+    finer (``refinement`` 1 and 2), without retraining; level 0 is the training resolution."""
+    from meshop.train.run import evaluate_run
+
+    errors = {0: record["test_rel_l2"]}
+    for level in REFINEMENTS:
+        result = evaluate_run(
+            record["checkpoint"], args.data_dir, {"refinement": level}, batch_size=4
+        )
+        errors[level] = result["test_rel_l2"]
+    return errors
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.tables_from is not None:
@@ -187,6 +217,8 @@ def main(argv=None) -> None:
             record = train_pair(dataset, model, args)
             if dataset == "darcy" and model in SUPER_RESOLUTION_MODELS:
                 record["super_resolution"] = super_resolution(record, args)
+            if dataset == "darcy-mesh":
+                record["refinement"] = refinement_errors(record, args)
             error, seconds = record["test_rel_l2"], record["train_seconds"]
             progress(f"  relative L2 {error:.4f}, trained in {seconds:.0f} s")
             records.append(record)
@@ -194,10 +226,33 @@ def main(argv=None) -> None:
     info = {**machine(), "threads": args.threads, "seed": args.seed, "budget": budget}
     info["quick"] = args.quick
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.update and (args.out / "accuracy.json").exists():
+        info, records = merged(args.out / "accuracy.json", info, records, args.forget)
     (args.out / "accuracy.json").write_text(
         json.dumps({"machine": info, "records": records}, indent=1, default=str) + "\n"
     )
     write_tables(args.out / "accuracy.json", args.out / "accuracy.md")
+
+
+def merged(path: Path, info: dict, records: list[dict], forget: str) -> tuple[dict, list[dict]]:
+    """The records of ``path`` with ``records`` in place of those of the same dataset and model
+    (each noted as measured later, with its command, date and budget), less the older records of
+    the datasets in ``forget``; the table keeps its first measurement's header."""
+    old = json.loads(path.read_text())
+    note = {
+        "what": "measured",
+        "date": info["date"],
+        "command": info["command"],
+        "why": f"(budget: {info['budget']}, {info['threads']} thread(s))",
+    }
+    new = {(r["dataset"], r["model"]): {**r, "rerun": note} for r in records}
+    dropped = {d for d in forget.split(",") if d}
+    kept = [
+        r
+        for r in old["records"]
+        if (r["dataset"], r["model"]) not in new and r["dataset"] not in dropped
+    ]
+    return old["machine"], kept + list(new.values())
 
 
 def fmt_error(error: float) -> str:
@@ -218,6 +273,9 @@ def summary_table(records: list[dict]) -> str:
     if finer:
         grids = next(list(r["super_resolution"])[1:] for r in records if "super_resolution" in r)
         headers.append(f"Darcy {' / '.join(f'{g}x{g}' for g in grids)} (zero-shot)")
+    refined = {r["model"]: list(r["refinement"].values())[1:] for r in records if "refinement" in r}
+    if refined:
+        headers.append("Darcy-mesh 2x / 4x finer (zero-shot)")
     rows = []
     for model in dict.fromkeys(
         r["model"] for r in sorted(records, key=lambda r: MODELS.index(r["model"]))
@@ -226,8 +284,10 @@ def summary_table(records: list[dict]) -> str:
             NAMES[model],
             *(fmt_error(error[d, model]) if (d, model) in error else "-" for d in datasets),
         ]
-        if finer:
-            row.append(" / ".join(fmt_error(e) for e in finer[model]) if model in finer else "-")
+        for zero_shot in (finer, refined):
+            if zero_shot:
+                errors = zero_shot.get(model)
+                row.append(" / ".join(fmt_error(e) for e in errors) if errors else "-")
         rows.append(row)
     return markdown_table(headers, rows)
 
@@ -285,6 +345,14 @@ def write_tables(results: Path, path: Path) -> str:
             f"{g}x{g} ({(g - 1) // (grids[0] - 1)}x finer)" for g in grids[1:]
         ]
         caption = "darcy zero-shot super-resolution: test rel. L2 on finer grids"
+        parts += [f"### {caption}", "", markdown_table(headers, rows), ""]
+    refined = [r for r in records if "refinement" in r]
+    if refined:
+        rows = [
+            [NAMES[r["model"]], *(fmt_error(e) for e in r["refinement"].values())] for r in refined
+        ]
+        headers = ["model", "training meshes", "2x finer meshes", "4x finer meshes"]
+        caption = "darcy-mesh zero-shot: the same test domains and fields on finer meshes"
         parts += [f"### {caption}", "", markdown_table(headers, rows), ""]
     parts += [SECTION_END, ""]
     text = "\n".join(parts)

@@ -115,6 +115,55 @@ def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path
     assert (redrawn / "accuracy.md").read_text() == tables
 
 
+def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkeypatch):
+    """--update replaces the rows of the same dataset and model, notes them with the command, and
+    keeps the other rows except those of --forget datasets; DarcyMesh models are evaluated on the
+    same test domains meshed 2x and 4x finer."""
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    old = {"date": "then", "command": "python accuracy.py", "cpu": "cpu", "torch": "t"}
+    old.update(threads=1, seed=0, budget="2 min of training", quick=False)
+
+    def row(dataset, model, error):
+        options = {"num_train": 2, "num_test": 1}
+        return dict(
+            dataset=dataset,
+            model=model,
+            test_rel_l2=error,
+            test_rel_l2_median=error,
+            parameters=1,
+            epochs=1,
+            train_seconds=1.0,
+            options=options,
+        )
+
+    rows = [
+        row("darcy-mesh", "mlp", 9.0),
+        row("darcy-mesh", "pit", 8.0),
+        row("airfoil", "pit", 7.0),
+    ]
+    (tmp_path / "accuracy.json").write_text(json.dumps({"machine": old, "records": rows}))
+    runs, out = str(tmp_path / "runs"), str(tmp_path)
+    args = ["--quick", "--datasets", "darcy-mesh", "--models", "mlp", "--runs", runs, "--out", out]
+    script("accuracy").main([*args, "--update", "--forget", "airfoil"])
+    data = json.loads((tmp_path / "accuracy.json").read_text())
+    assert data["machine"]["date"] == "then"  # the table keeps its first header
+    records = {(r["dataset"], r["model"]): r for r in data["records"]}
+    assert set(records) == {("darcy-mesh", "pit"), ("darcy-mesh", "mlp")}
+    assert (
+        records["darcy-mesh", "pit"]["test_rel_l2"] == 8.0
+        and "rerun" not in records["darcy-mesh", "pit"]
+    )
+    mlp = records["darcy-mesh", "mlp"]
+    assert 0 < mlp["test_rel_l2"] < 10
+    assert mlp["rerun"]["date"] != "then" and "1 epochs" not in mlp["rerun"]["why"]
+    assert mlp["rerun"]["command"] and "budget: 0 min of training" in mlp["rerun"]["why"]
+    assert list(mlp["refinement"]) == ["0", "1", "2"]  # training meshes, 2x and 4x finer
+    assert mlp["refinement"]["0"] == mlp["test_rel_l2"]
+    tables = (tmp_path / "accuracy.md").read_text()
+    assert "Darcy-mesh 2x / 4x finer (zero-shot)" in tables
+    assert "darcy-mesh zero-shot" in tables and "The MLP baseline row was measured" in tables
+
+
 def test_super_resolution_grids_sample_the_same_fine_fields():
     accuracy = script("accuracy")
     assert accuracy.super_resolutions(22, 421) == [43, 85]
