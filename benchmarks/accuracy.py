@@ -47,14 +47,15 @@ QUICK = {
     "burgers": dict(num_train=4, num_test=2, resolution=32, fine_resolution=1024),
 }
 MINUTES = 2.0  # CPU budget of one model on one dataset
-MODELS = ("pit", "galerkin", "fourier", "ono", "mlp")
+MODELS = ("pit", "galerkin", "fourier", "ono", "transolver", "mlp")
 #: models evaluated at finer Darcy grids than they were trained on
-SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "ono")
+SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "ono", "transolver")
 NAMES = {
     "pit": "PiT",
     "galerkin": "Galerkin Transformer",
     "fourier": "Fourier Transformer",
     "ono": "ONO",
+    "transolver": "Transolver",
     "mlp": "MLP baseline",
 }
 
