@@ -187,6 +187,8 @@ def test_invalid_sizes_are_config_errors():
         PhysicsAttention(10, heads=3)
     with pytest.raises(ConfigError, match="temperature"):
         PhysicsAttention(8, heads=2, temperature=0.0)
+    with pytest.raises(ConfigError, match="not sorted"):
+        PhysicsAttention(8, heads=2)(torch.randn(4, 8), None, torch.tensor([0, 1, 0, 1]))
     layer = PhysicsAttention(10, heads=3, head_channels=4)  # an explicit head width is allowed
     assert layer(torch.randn(6, 10)).shape == (6, 10)
     assert "slices=64" in repr(layer)
