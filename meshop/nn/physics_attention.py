@@ -113,7 +113,7 @@ class PhysicsAttention(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Eqs. (1)-(2): ``(slice weights [N, H, M], slice tokens [B, H, M, D])``, the tokens
         integrated per sample with the quadrature ``weight`` (``1/n`` per sample when None)."""
-        s, tokens = self._slice(x, _sample_ranges(batch, len(x)), weight)
+        s, tokens = self._slice(x, _sample_sizes(batch, len(x)), weight)
         return s.transpose(0, 1), tokens
 
     def forward(
@@ -123,15 +123,15 @@ class PhysicsAttention(nn.Module):
         batch: Tensor | None = None,
         weight: Tensor | None = None,
     ) -> Tensor:
-        ranges = _sample_ranges(batch, len(x))
-        s, z = self._slice(x, ranges, weight)  # [H, N, M], [B, H, M, D]
+        sizes = _sample_sizes(batch, len(x))
+        s, z = self._slice(x, sizes, weight)  # [H, N, M], [B, H, M, D]
         z = F.scaled_dot_product_attention(
             self.lin_q(z),
             self.lin_k(z),
             self.lin_v(z),
             dropout_p=self.dropout if self.training else 0.0,
         )  # eq. (3)
-        out = [s[:, rows] @ z_b for rows, z_b in zip(ranges, z)]  # eq. (4)
+        out = [s_b @ z_b for s_b, z_b in zip(s.split(sizes, dim=1), z)]  # eq. (4)
         return self.lin_out(torch.cat(out, dim=1).transpose(0, 1).reshape(len(x), -1))
 
     def _slice_weights(self, x: Tensor) -> Tensor:
@@ -146,7 +146,7 @@ class PhysicsAttention(nn.Module):
         )
         return torch.softmax(logits, dim=-1)
 
-    def _slice(self, x: Tensor, ranges: list[slice], weight: Tensor | None):
+    def _slice(self, x: Tensor, sizes: list[int], weight: Tensor | None):
         """Eqs. (1)-(2) head-major: ``(s [H, N, M], tokens [B, H, M, D])``. The weights multiply
         the features and enter the slice measures by a matrix-vector product, so no second
         [H, N, M] tensor is formed."""
@@ -157,10 +157,11 @@ class PhysicsAttention(nn.Module):
         weight = weight.to(fx.dtype)
         wfx = fx * weight[None, :, None]  # [H, N, D]
         tokens = []
-        for rows in ranges:
-            s_t = s[:, rows].transpose(1, 2)  # [H, M, n_b]
-            mass = s_t @ weight[rows]  # [H, M]: the measure of each slice
-            tokens.append((s_t @ wfx[:, rows]) / mass.clamp_min(_tiny(mass))[..., None])
+        parts = zip(s.split(sizes, dim=1), wfx.split(sizes, dim=1), weight.split(sizes))
+        for s_b, wfx_b, weight_b in parts:  # split, not indexed: the backward is one concatenation
+            s_t = s_b.transpose(1, 2)  # [H, M, n_b]
+            mass = s_t @ weight_b  # [H, M]: the measure of each slice
+            tokens.append((s_t @ wfx_b) / mass.clamp_min(_tiny(mass))[..., None])
         return s, torch.stack(tokens)
 
     def __repr__(self) -> str:
@@ -170,17 +171,16 @@ class PhysicsAttention(nn.Module):
         )
 
 
-def _sample_ranges(batch: Tensor | None, n: int) -> list[slice]:
-    """The node range of each sample of a sorted batch vector (one range when None)."""
+def _sample_sizes(batch: Tensor | None, n: int) -> list[int]:
+    """The number of nodes of each sample of a sorted batch vector (one sample when None)."""
     if batch is None:
-        return [slice(0, n)]
+        return [n]
     if n > 1 and bool((batch[1:] < batch[:-1]).any()):
         raise ConfigError(
             "batch is not sorted; physics-attention expects the nodes of each sample to be "
             "contiguous, as in a PyG DataLoader batch (sort the nodes by sample first)"
         )
-    ends = torch.bincount(batch).cumsum(0).tolist()
-    return [slice(start, stop) for start, stop in zip([0, *ends[:-1]], ends)]
+    return torch.bincount(batch).tolist()
 
 
 def _tiny(t: Tensor) -> float:
