@@ -49,9 +49,9 @@ QUICK = {
     "darcy-mesh": dict(num_train=4, num_test=2, max_area=0.01),
 }
 MINUTES = 2.0  # CPU budget of one model on one dataset
-MODELS = ("pit", "galerkin", "fourier", "ono", "mlp")
+MODELS = ("pit", "galerkin", "fourier", "ono", "transolver", "mlp")
 #: models evaluated at finer Darcy grids than they were trained on
-SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "ono")
+SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "ono", "transolver")
 #: refinement levels of the DarcyMesh test meshes evaluated without retraining (2x, 4x finer)
 REFINEMENTS = (1, 2)
 NAMES = {
@@ -59,6 +59,7 @@ NAMES = {
     "galerkin": "Galerkin Transformer",
     "fourier": "Fourier Transformer",
     "ono": "ONO",
+    "transolver": "Transolver",
     "mlp": "MLP baseline",
 }
 

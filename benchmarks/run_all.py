@@ -20,7 +20,14 @@ from pathlib import Path
 from common import parse_args, progress
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["position_attention", "local_attention", "models", "linear_attention", "neighbors"]
+SCRIPTS = [
+    "position_attention",
+    "local_attention",
+    "models",
+    "linear_attention",
+    "neighbors",
+    "transolver",
+]
 
 
 def main(argv=None) -> None:

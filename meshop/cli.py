@@ -300,7 +300,7 @@ def cmd_models(args) -> int:
     from meshop.models.registry import MODELS
 
     for name, entry in MODELS.items():
-        print(f"{name:<9} {entry.description}")
+        print(f"{name:<11} {entry.description}")
     return 0
 
 

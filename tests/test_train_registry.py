@@ -82,6 +82,7 @@ TINY_MODELS = {
     "galerkin": {"channels": 8, "heads": 1, "layers": 1, "width": 4, "modes": 2},
     "fourier": {"channels": 8, "heads": 1, "layers": 1, "width": 4, "modes": 2},
     "ono": {"width": 8, "layers": 1, "k": 2, "heads": 1},
+    "transolver": {"width": 8, "layers": 1, "heads": 2, "slices": 4},
     "mlp": {"hidden_channels": 8},
 }
 GENERATED_PAIRS = [(d, m) for d, m in PAIRS if d in TINY_DATA]

@@ -33,56 +33,56 @@ DATASETS: dict[str, DatasetEntry] = {
     "elasticity": DatasetEntry(
         "meshop.datasets.elasticity:Elasticity",
         "von Mises stress in an elastic cell with a random cavity (FEM, ~1000-node meshes)",
-        ("pit", "ono", "galerkin", "fourier", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "transolver", "mlp"),
     ),
     "airfoil": DatasetEntry(
         "meshop.datasets.airfoil:Airfoil",
         "pressure coefficient and Mach number around random NACA airfoils (O-meshes)",
-        ("pit", "ono", "galerkin", "fourier", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "transolver", "mlp"),
     ),
     "darcy-mesh": DatasetEntry(
         "meshop.datasets.darcy_mesh:DarcyMesh",
         "Darcy flow on random domains with holes (FEM, Triangle meshes; refinement=1, 2: finer)",
-        ("pit", "ono", "galerkin", "fourier", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "transolver", "mlp"),
     ),
     "darcy": DatasetEntry(
         "meshop.datasets.darcy:Darcy",
         "2D Darcy flow on a uniform grid: permeability -> pressure",
-        ("galerkin", "fourier", "pit", "ono", "mlp"),
+        ("galerkin", "fourier", "pit", "ono", "transolver", "mlp"),
     ),
     "burgers": DatasetEntry(
         "meshop.datasets.burgers:Burgers",
         "1D viscous Burgers on a periodic grid: u(., 0) -> u(., 1)",
-        ("galerkin", "fourier", "pit", "ono", "mlp"),
+        ("galerkin", "fourier", "pit", "ono", "transolver", "mlp"),
     ),
     "elasticity-files": DatasetEntry(
         "meshop.datasets.standard:GeoFNOElasticity",
         "the Geo-FNO Elasticity files (Random_UnitCell_*.npy in --data-dir)",
-        ("pit", "ono", "galerkin", "fourier", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "transolver", "mlp"),
         "raw_dir",
     ),
     "airfoil-files": DatasetEntry(
         "meshop.datasets.standard:GeoFNOAirfoil",
         "the Geo-FNO NACA airfoil files (NACA_Cylinder_*.npy in --data-dir)",
-        ("pit", "ono", "galerkin", "fourier", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "transolver", "mlp"),
         "raw_dir",
     ),
     "darcy-files": DatasetEntry(
         "meshop.datasets.standard:FNODarcy",
         "the FNO Darcy files (piececonst_r421_N1024_smooth*.mat in --data-dir)",
-        ("galerkin", "fourier", "pit", "ono", "mlp"),
+        ("galerkin", "fourier", "pit", "ono", "transolver", "mlp"),
         "raw_dir",
     ),
     "burgers-files": DatasetEntry(
         "meshop.datasets.standard:FNOBurgers",
         "the FNO Burgers file (burgers_data_R10.mat in --data-dir)",
-        ("galerkin", "fourier", "pit", "ono", "mlp"),
+        ("galerkin", "fourier", "pit", "ono", "transolver", "mlp"),
         "raw_dir",
     ),
     "folder": DatasetEntry(
         "meshop.datasets.mesh_folder:MeshFolder",
         "your own meshes: every file of a folder (--data-dir) is a sample (inputs=, targets=)",
-        ("pit", "ono", "galerkin", "fourier", "mlp"),
+        ("pit", "ono", "galerkin", "fourier", "transolver", "mlp"),
     ),
 }
 

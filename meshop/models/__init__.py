@@ -4,5 +4,6 @@ from meshop.models.galerkin_transformer import GalerkinTransformer
 from meshop.models.mlp_baseline import MLPBaseline
 from meshop.models.ono import ONO
 from meshop.models.pit import PiT
+from meshop.models.transolver import Transolver
 
-__all__: list[str] = ["ONO", "GalerkinTransformer", "MLPBaseline", "PiT"]
+__all__: list[str] = ["ONO", "GalerkinTransformer", "MLPBaseline", "PiT", "Transolver"]

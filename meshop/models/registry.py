@@ -48,6 +48,10 @@ MODELS: dict[str, ModelEntry] = {
         "meshop.models.ono:ONO",
         "Orthogonal Neural Operator (orthogonal attention, two streams)",
     ),
+    "transolver": ModelEntry(
+        "meshop.models.transolver:Transolver",
+        "Transolver (physics-attention among learned slices of the mesh)",
+    ),
     "mlp": ModelEntry(
         "meshop.models.mlp_baseline:MLPBaseline",
         "pointwise MLP on node features (baseline)",

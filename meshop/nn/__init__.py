@@ -16,6 +16,7 @@ from meshop.nn.linear_attention import LinearAttention
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
 from meshop.nn.orthogonal_attention import OrthogonalAttention
+from meshop.nn.physics_attention import PhysicsAttention
 from meshop.nn.position_attention import PositionAttention
 from meshop.nn.softmax_attention import SoftmaxAttention
 
@@ -31,6 +32,7 @@ __all__: list[str] = [
     "LinearAttention",
     "LocalPositionAttention",
     "OrthogonalAttention",
+    "PhysicsAttention",
     "PositionAttention",
     "SoftmaxAttention",
     "SpectralConv",

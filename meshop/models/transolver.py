@@ -1,0 +1,203 @@
+"""Transolver (Wu et al., ICML 2024): a transformer whose attention runs among learned physical
+states (slices of the mesh) instead of among the nodes."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from meshop._pyg import Data
+from meshop.data.batching import node_batch, node_features, query_features, query_nodes
+from meshop.errors import ConfigError
+from meshop.nn.galerkin_attention import default_weight
+from meshop.nn.mlp import MLP
+from meshop.nn.physics_attention import PhysicsAttention
+
+
+class TransolverBlock(nn.Module):
+    r"""One Transolver layer (Transolver eq. (5)): pre-LN physics-attention and MLP, each with a
+    residual connection.
+
+    .. math::
+        \hat{\mathbf{x}}^{l} = \mathrm{PhysicsAttn}\big(\mathrm{LN}(\mathbf{x}^{l-1})\big)
+            + \mathbf{x}^{l-1}, \qquad
+        \mathbf{x}^{l} = \mathrm{MLP}\big(\mathrm{LN}(\hat{\mathbf{x}}^{l})\big)
+            + \hat{\mathbf{x}}^{l}
+
+    Args:
+        width (int): feature width :math:`C`.
+        heads (int), slices (int), dropout (float): see :class:`~meshop.nn.PhysicsAttention`.
+        mlp_ratio (int): hidden width of the MLP in units of ``width``.
+
+    Shapes:
+        - input: ``x`` [N, C], ``batch`` [N], ``weight`` [N]
+        - output: [N, C]
+    """
+
+    def __init__(self, width, heads=8, slices=64, mlp_ratio=1, dropout=0.0):
+        super().__init__()
+        self.norm_attn = nn.LayerNorm(width)
+        self.attn = PhysicsAttention(width, heads=heads, slices=slices, dropout=dropout)
+        self.norm_mlp = nn.LayerNorm(width)
+        self.mlp = MLP([width, mlp_ratio * width, width])
+
+    def forward(self, x: Tensor, batch: Tensor, weight: Tensor) -> Tensor:
+        x = x + self.attn(self.norm_attn(x), None, batch, weight)
+        return x + self.mlp(self.norm_mlp(x))
+
+
+class Transolver(nn.Module):
+    r"""Transolver (Transolver Sec. 3.2, Fig. 2): preprocess, :math:`L` physics-attention blocks,
+    output head, all on the nodes of the mesh.
+
+    .. math::
+        \mathbf{x}^0 = \mathrm{MLP}([a, x, \theta]), \qquad
+        \mathbf{x}^l = \mathrm{TransolverBlock}_l(\mathbf{x}^{l-1}) \ (l = 1..L), \qquad
+        u = W\, \mathrm{LN}(\mathbf{x}^L) + b,
+
+    where the preprocess MLP (two linear layers, GELU) lifts the node features :math:`[a, x,
+    \theta]` (input fields, coordinates, per-sample parameters: see
+    :func:`meshop.data.node_features`), every :class:`TransolverBlock` is eq. (5) with
+    :class:`~meshop.nn.PhysicsAttention`, and a layer norm and a linear layer map to the output
+    fields. Slice tokens are per-sample integrals with the nodes' quadrature ``weight`` (``1/n``
+    per sample when the data has none), so meshes of any kind and size share one batch without
+    padding, and a prediction does not depend on the other samples of its batch.
+
+    **Query points** (``query_pos``): *slice assignment of the query points*. Every operation of
+    the model but the slice tokens of eq. (2) acts on each node alone, so the model is a function
+    of a point's own features and of the tokens, which are integrals over the input mesh. The
+    query points therefore ride along as extra nodes of their sample with zero quadrature weight:
+    each gets its own slice weights, reads the tokens in eq. (4), and adds nothing to them, so a
+    query point never affects the mesh nodes or the other query points, and one placed on a mesh
+    node gets exactly that node's prediction. This needs no parameters beyond the paper's model
+    and no neighbour search per layer (a local cross-attention decoder would add both and a
+    receptive-field size to choose). The input fields at a query point are those of the nearest
+    mesh node; its coordinates and parameters are its own.
+
+    The paper's models (Sec. 4, implementation details, and the authors' scripts) use 8 layers,
+    width 128 (256 on the large industrial meshes), 8 heads, 32 or 64 slices and
+    ``mlp_ratio=1``; the defaults are width 128 and 64 slices. ``meshop train`` scales them down
+    on the CPU datasets (:mod:`meshop.train.presets`). Initialisation as in the authors' code:
+    normal linear weights (std 0.02, truncated at +-2) and zero biases everywhere, layer norms at
+    identity, temperatures 0.5.
+
+    Args:
+        in_channels (int): width of :func:`meshop.data.node_features` (fields, coordinates and
+            per-sample parameters concatenated).
+        out_channels (int): output fields at the query points.
+        pos_dim (int): spatial dimension of the coordinates.
+        width (int): feature width :math:`C`.
+        layers (int): number :math:`L` of Transolver blocks.
+        heads (int): heads of every physics-attention.
+        slices (int): slices :math:`M` per head.
+        mlp_ratio (int): hidden width of the block MLPs in units of ``width``.
+        dropout (float): dropout on the token attention weights (training only).
+
+    Shapes:
+        - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``);
+          ``latent_pos`` is not used
+        - output: :math:`(N_q, C_{out})` at :func:`meshop.data.query_nodes`
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        pos_dim: int,
+        width: int = 128,
+        layers: int = 8,
+        heads: int = 8,
+        slices: int = 64,
+        mlp_ratio: int = 1,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        if layers < 1 or min(in_channels, out_channels, pos_dim, width, slices, mlp_ratio) < 1:
+            raise ConfigError(
+                "in_channels, out_channels, pos_dim, width, layers, slices and mlp_ratio must be "
+                f"positive; got {in_channels}, {out_channels}, {pos_dim}, {width}, {layers}, "
+                f"{slices}, {mlp_ratio}"
+            )
+        if heads < 1 or width % heads:
+            raise ConfigError(f"heads ({heads}) must be positive and divide width ({width})")
+        self.config = dict(
+            in_channels=in_channels,
+            out_channels=out_channels,
+            pos_dim=pos_dim,
+            width=width,
+            layers=layers,
+            heads=heads,
+            slices=slices,
+            mlp_ratio=mlp_ratio,
+            dropout=dropout,
+        )
+        self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
+        self.preprocess = MLP([in_channels, 2 * width, width])
+        self.blocks = nn.ModuleList(
+            TransolverBlock(width, heads, slices, mlp_ratio, dropout) for _ in range(layers)
+        )
+        self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, out_channels))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The authors' initialisation: every linear layer normal (std 0.02, truncated at +-2) with
+        zero bias, every layer norm at identity, every temperature at its initial value."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                module.reset_parameters()
+            elif isinstance(module, PhysicsAttention):
+                nn.init.constant_(module.temperature, module.init_temperature)
+
+    def forward(self, data: Data) -> Tensor:
+        features, batch, weight, is_query = self._nodes(data)
+        x = self.preprocess(features)
+        for block in self.blocks:
+            x = block(x, batch, weight)
+        out = self.head(x)
+        return out if is_query is None else out[is_query]
+
+    def _nodes(self, data: Data):
+        """Node features, batch and weights of the mesh nodes followed, within each sample, by
+        the query nodes (zero weight), and the mask of the query nodes (None when the data has no
+        ``query_pos``)."""
+        if data.pos.shape[1] != self.pos_dim:
+            raise ConfigError(
+                f"the model was built for {self.pos_dim}D coordinates but the data is "
+                f"{data.pos.shape[1]}D"
+            )
+        features, batch = node_features(data), node_batch(data)
+        if features.shape[1] != self.in_channels:
+            raise ConfigError(
+                f"the model expects {self.in_channels} input channels (node_features: x, pos, "
+                f"params) but the data has {features.shape[1]}; build Transolver with "
+                f"in_channels={features.shape[1]}"
+            )
+        weight = getattr(data, "weight", None)
+        if weight is None:
+            weight = default_weight(len(batch), batch, features)
+        if getattr(data, "query_pos", None) is None:
+            return features, batch, weight, None
+        _, query_batch = query_nodes(data)
+        order = torch.argsort(torch.cat([batch, query_batch]), stable=True)
+        is_query = torch.cat([torch.zeros_like(batch), torch.ones_like(query_batch)]).bool()
+        return (
+            torch.cat([features, query_features(data)])[order],
+            torch.cat([batch, query_batch])[order],
+            torch.cat([weight, weight.new_zeros(len(query_batch))])[order],
+            is_query[order],
+        )
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (
+            f"in_channels={c['in_channels']}, out_channels={c['out_channels']}, "
+            f"pos_dim={c['pos_dim']}, width={c['width']}, layers={c['layers']}, "
+            f"heads={c['heads']}, slices={c['slices']}"
+        )
+
+
+__all__ = ["Transolver", "TransolverBlock"]

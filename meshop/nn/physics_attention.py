@@ -1,0 +1,190 @@
+r"""Physics-attention of Transolver (Wu et al., ICML 2024, Sec. 3.1, eqs. (1)-(4)): nodes are softly
+sliced into a few learned physical states, attention runs among the states, and the result is
+broadcast back to the nodes."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from meshop.errors import ConfigError
+
+
+class PhysicsAttention(nn.Module):
+    r"""Transolver's physics-attention (Transolver Sec. 3.1, eqs. (1)-(4)), linear in the nodes.
+
+    For every head :math:`h` (head width :math:`D`) and every sample, with node features
+    :math:`\mathbf{x}_i \in \mathbb{R}^C` and quadrature weights :math:`w_i`:
+
+    .. math::
+        \mathbf{s}_i &= \mathrm{Softmax}_j\big(W_s (W_x \mathbf{x}_i)_h / \tau_h\big)
+            \in \mathbb{R}^M
+            &\text{(eq. (1): slice weights, } \textstyle\sum_j s_{ij} = 1) \\
+        \mathbf{z}_j &= \frac{\sum_i w_i\, s_{ij}\, (W_f \mathbf{x}_i)_h}{\sum_i w_i\, s_{ij}}
+            &\text{(eq. (2): slice tokens)} \\
+        \mathbf{z}'_j &= \sum_{k} \mathrm{Softmax}_k\Big(
+            \frac{(W_q \mathbf{z}_j) \cdot (W_k \mathbf{z}_k)}{\sqrt{D}}\Big)\, W_v \mathbf{z}_k
+            &\text{(eq. (3): attention among the } M \text{ tokens)} \\
+        \mathbf{x}'_i &= W_o \big[\textstyle\sum_j s_{ij}\, \mathbf{z}'_j\big]_{h}
+            &\text{(eq. (4): deslice, heads merged)}
+
+    :math:`\tau_h` is a learnable temperature per head (0.5 at initialisation, as in the authors'
+    code). The paper's eq. (2) averages over the nodes with equal weights; here the sums are
+    integrals with the mesh's quadrature weights (``1/n`` per sample when none are given, which is
+    the paper's formula), so a slice token is the slice-weighted mean of the features over the
+    *domain*, not over the node density: on a graded mesh the tokens converge to the same values
+    as on a uniform one when the mesh is refined. The weights only enter the ratio of eq. (2), so
+    their scale (a per-sample normalisation) does not matter. A node with weight zero reads the
+    tokens (it gets its own :math:`\mathbf{x}'_i`) but adds nothing to them: that is how models
+    evaluate the layer at query points.
+
+    Cost: :math:`O(N H M D)` time and :math:`O(N H M)` memory for the slicing and deslicing (one
+    matrix product per sample, no padding of the nodes), plus :math:`O(B H M^2 D)` for the
+    attention among the tokens, stored densely as ``[B, heads, M, D]``.
+
+    Args:
+        channels (int): width :math:`C` of the input and output features.
+        heads (int): number of heads :math:`H`.
+        slices (int): number of slices :math:`M` per head.
+        head_channels (int, optional): head width :math:`D` (default ``channels // heads``).
+        dropout (float): dropout on the token attention weights, applied in training only.
+        temperature (float): initial value of every :math:`\tau_h`.
+
+    Shapes:
+        - input: ``x`` [N, C], ``pos`` [N, dim] (not used: the features carry the coordinates, as
+          in the paper; kept for the common layer signature), ``batch`` [N] (sorted, as in PyG
+          batches), ``weight`` [N]
+        - output: [N, C]
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        heads: int = 8,
+        slices: int = 64,
+        head_channels: int | None = None,
+        dropout: float = 0.0,
+        temperature: float = 0.5,
+    ):
+        super().__init__()
+        if head_channels is None:
+            if heads < 1 or channels % heads:
+                raise ConfigError(
+                    f"heads ({heads}) must be positive and divide channels ({channels}), or give "
+                    f"head_channels"
+                )
+            head_channels = channels // heads
+        if min(channels, heads, slices, head_channels) < 1 or temperature <= 0:
+            raise ConfigError(
+                "channels, heads, slices and head_channels must be positive and temperature > 0; "
+                f"got {channels}, {heads}, {slices}, {head_channels}, {temperature}"
+            )
+        self.channels, self.heads, self.slices = channels, heads, slices
+        self.head_channels, self.dropout = head_channels, dropout
+        self.init_temperature = temperature
+        inner = heads * head_channels
+        self.lin_x = nn.Linear(channels, inner)  # W_x: features that choose the slices
+        self.lin_fx = nn.Linear(channels, inner)  # W_f: features averaged into the tokens
+        self.lin_slice = nn.Linear(head_channels, slices)  # W_s, shared by the heads
+        self.temperature = nn.Parameter(torch.empty(heads))
+        self.lin_q = nn.Linear(head_channels, head_channels, bias=False)
+        self.lin_k = nn.Linear(head_channels, head_channels, bias=False)
+        self.lin_v = nn.Linear(head_channels, head_channels, bias=False)
+        self.lin_out = nn.Linear(inner, channels)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """PyTorch's default linear initialisation; the slice projection orthogonal (authors'
+        code); every temperature at its initial value."""
+        for lin in (self.lin_x, self.lin_fx, self.lin_q, self.lin_k, self.lin_v, self.lin_out):
+            lin.reset_parameters()
+        nn.init.orthogonal_(self.lin_slice.weight)
+        nn.init.zeros_(self.lin_slice.bias)
+        nn.init.constant_(self.temperature, self.init_temperature)
+
+    def slice_weights(self, x: Tensor) -> Tensor:
+        """Eq. (1): the soft assignment of every node to the slices of every head, [N, H, M]
+        (non-negative, summing to one over the slices)."""
+        return self._slice_weights(x).transpose(0, 1)
+
+    def slice_tokens(
+        self, x: Tensor, batch: Tensor | None = None, weight: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Eqs. (1)-(2): ``(slice weights [N, H, M], slice tokens [B, H, M, D])``, the tokens
+        integrated per sample with the quadrature ``weight`` (``1/n`` per sample when None)."""
+        s, tokens = self._slice(x, _sample_sizes(batch, len(x)), weight)
+        return s.transpose(0, 1), tokens
+
+    def forward(
+        self,
+        x: Tensor,
+        pos: Tensor | None = None,
+        batch: Tensor | None = None,
+        weight: Tensor | None = None,
+    ) -> Tensor:
+        sizes = _sample_sizes(batch, len(x))
+        s, z = self._slice(x, sizes, weight)  # [H, N, M], [B, H, M, D]
+        z = F.scaled_dot_product_attention(
+            self.lin_q(z),
+            self.lin_k(z),
+            self.lin_v(z),
+            dropout_p=self.dropout if self.training else 0.0,
+        )  # eq. (3)
+        out = [s_b @ z_b for s_b, z_b in zip(s.split(sizes, dim=1), z)]  # eq. (4)
+        return self.lin_out(torch.cat(out, dim=1).transpose(0, 1).reshape(len(x), -1))
+
+    def _slice_weights(self, x: Tensor) -> Tensor:
+        """Eq. (1) head-major, [H, N, M]: one batched product writes the logits (the temperature
+        folded into the inputs and the bias), one softmax the weights."""
+        inv_t = 1.0 / self.temperature
+        xs = self.lin_x(x).view(len(x), self.heads, self.head_channels).transpose(0, 1)
+        logits = torch.baddbmm(
+            (self.lin_slice.bias * inv_t[:, None])[:, None, :],  # [H, 1, M]
+            xs * inv_t[:, None, None],  # [H, N, D]
+            self.lin_slice.weight.T.expand(self.heads, -1, -1),  # [H, D, M]
+        )
+        return torch.softmax(logits, dim=-1)
+
+    def _slice(self, x: Tensor, sizes: list[int], weight: Tensor | None):
+        """Eqs. (1)-(2) head-major: ``(s [H, N, M], tokens [B, H, M, D])``. The weights multiply
+        the features and enter the slice measures by a matrix-vector product, so no second
+        [H, N, M] tensor is formed."""
+        s = self._slice_weights(x)
+        fx = self.lin_fx(x).view(len(x), self.heads, self.head_channels).transpose(0, 1)
+        if weight is None:
+            weight = torch.ones(len(x), dtype=x.dtype, device=x.device)
+        weight = weight.to(fx.dtype)
+        wfx = fx * weight[None, :, None]  # [H, N, D]
+        tokens = []
+        parts = zip(s.split(sizes, dim=1), wfx.split(sizes, dim=1), weight.split(sizes))
+        for s_b, wfx_b, weight_b in parts:  # split, not indexed: the backward is one concatenation
+            s_t = s_b.transpose(1, 2)  # [H, M, n_b]
+            mass = s_t @ weight_b  # [H, M]: the measure of each slice
+            tokens.append((s_t @ wfx_b) / mass.clamp_min(_tiny(mass))[..., None])
+        return s, torch.stack(tokens)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}({self.channels}, heads={self.heads}, "
+            f"slices={self.slices}, head_channels={self.head_channels}, dropout={self.dropout})"
+        )
+
+
+def _sample_sizes(batch: Tensor | None, n: int) -> list[int]:
+    """The number of nodes of each sample of a sorted batch vector (one sample when None)."""
+    if batch is None:
+        return [n]
+    if n > 1 and bool((batch[1:] < batch[:-1]).any()):
+        raise ConfigError(
+            "batch is not sorted; physics-attention expects the nodes of each sample to be "
+            "contiguous, as in a PyG DataLoader batch (sort the nodes by sample first)"
+        )
+    return torch.bincount(batch).tolist()
+
+
+def _tiny(t: Tensor) -> float:
+    return torch.finfo(t.dtype).tiny
+
+
+__all__ = ["PhysicsAttention"]
