@@ -37,10 +37,11 @@ def test_two_wedges_read_from_a_file_weigh_their_shared_nodes_twice(tmp_path):
 
 
 def test_pyramid_weights_are_a_fifth_of_base_times_height_over_three():
-    base = np.array([[0.0, 0, 0], [2, 0, 0], [2, 1.5, 0], [0, 1.5, 0]])
+    base = np.array([[0.0, 0, 0], [2, 0, 0], [1.5, 1, 0], [0, 1.5, 0]])  # no parallelogram
+    area = 0.5 * (2 * 1 + 1.5 * 1.5)  # shoelace: (x0 y1 - x1 y0) + ... over the four edges
     points = np.vstack([base, [[0.4, 1.1, 3.0]]])  # apex off-centre
     weights = lumped_mass_weights(points, [("pyramid", np.array([[0, 1, 2, 3, 4]]))])
-    assert weights == pytest.approx(np.full(5, 2 * 1.5 * 3.0 / 3 / 5))
+    assert weights == pytest.approx(np.full(5, area * 3.0 / 3 / 5))
 
 
 @pytest.mark.parametrize(

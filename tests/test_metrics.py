@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from meshop.data import from_points, make_loader, uniform_grid
+from meshop.errors import ConfigError
 from meshop.models.mlp_baseline import MLPBaseline
 from meshop.train import TrainConfig, Trainer, relative_h1
 from meshop.train.losses import relative_l1, relative_l2, relative_lp
@@ -46,10 +47,36 @@ def test_relative_l1_and_l2_are_the_p1_and_p2_errors_per_sample():
 
 
 def test_relative_lp_sums_over_channels_and_treats_no_batch_as_one_sample():
-    pred = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
-    target = torch.tensor([[0.0, 2.0], [0.0, 1.0]])  # error (1, -2, 0, -1), target (0, 2, 0, 1)
-    assert float(relative_l2(pred, target)) == pytest.approx(math.sqrt(6 / 5), rel=1e-6)
-    assert float(relative_l1(pred, target)) == pytest.approx(4 / 3, rel=1e-6)
+    pred = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
+    target = torch.tensor([[0.0, 2.0], [0.0, 1.0], [0.0, 1.0]])  # error (1, -2, 0, -1, 0, 0)
+    assert float(relative_l2(pred, target)) == pytest.approx(math.sqrt(6 / 6), rel=1e-6)
+    assert float(relative_l1(pred, target)) == pytest.approx(4 / 4, rel=1e-6)
+    assert relative_lp(pred, target, reduction="none").shape == (1,)
+
+
+def test_relative_lp_defaults_to_the_mean_relative_l2():
+    assert float(relative_lp(PRED, TARGET, BATCH)) == pytest.approx(np.mean(KNOWN[2]), rel=1e-6)
+    for function, p in ((relative_l1, 1), (relative_l2, 2)):
+        per_sample = function(PRED, TARGET, BATCH, reduction="none")
+        assert per_sample.tolist() == pytest.approx(KNOWN[p], rel=1e-6)
+
+
+def test_num_samples_counts_samples_without_nodes_at_the_end_of_a_batch():
+    for function, p in ((relative_l1, 1), (relative_l2, 2)):
+        per_sample = function(PRED, TARGET, BATCH, num_samples=3, reduction="none")
+        assert per_sample.tolist() == pytest.approx([*KNOWN[p], 0.0], rel=1e-6)
+    per_sample = relative_lp(PRED, TARGET, BATCH, 3, num_samples=4, reduction="none")
+    assert per_sample.tolist() == pytest.approx([*KNOWN[3], 0.0, 0.0], rel=1e-6)
+
+
+def test_the_relative_error_of_a_zero_target_is_large_and_positive():
+    error = float(relative_l2(torch.ones(3, 1), torch.zeros(3, 1)))
+    assert error > 1e6
+
+
+def test_an_unknown_reduction_is_refused():
+    with pytest.raises(ConfigError, match="reduction"):
+        relative_lp(PRED, TARGET, BATCH, reduction="average")
 
 
 def test_per_sample_errors_are_relative_l2_in_dataset_order_and_summarised():
@@ -154,3 +181,51 @@ def test_a_training_step_optimises_the_loss_with_its_h1_term():
     )
     assert float(relative_h1(pred, batch.y, batch)) > 0.1  # the H1 term is not negligible
     assert trainer.step(batch) == pytest.approx(expected, rel=1e-5)
+
+
+def test_relative_h1_on_grids_of_several_channels_off_the_origin():
+    first = uniform_grid((9, 7), bounds=[(1.0, 2.0), (0.0, 3.0)])
+    second = uniform_grid((9, 7), bounds=[(0.0, 1.0), (2.0, 2.5)])
+    for grid in (first, second):
+        x, y = grid.pos[:, :1], grid.pos[:, 1:]
+        grid.y = torch.cat([2 * x + 3 * y, x - y], dim=1)  # |grad t|^2 = 13 + 2
+    first.guess = first.y + torch.cat([first.pos[:, :1], 2 * first.pos[:, 1:]], dim=1)  # 1 + 4
+    second.guess = second.y + torch.cat([second.pos[:, 1:], 0 * second.pos[:, 1:]], dim=1)  # 1
+    batch = next(iter(make_loader([first, second], 2)))
+    expected = (math.sqrt(5 / 15) + math.sqrt(1 / 15)) / 2
+    assert float(relative_h1(batch.guess, batch.y, batch)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_relative_h1_on_a_grid_integrates_with_the_quadrature_weights():
+    grid = uniform_grid((11,), bounds=[(0.0, 1.0)])
+    x = grid.pos[:, 0].double()
+    grid.weight = x.clone()
+    grid.weight[-1] = 0.0  # the one-sided end differences get no weight
+    target, error = x**2, x  # central differences are exact inside: t' = 2x, e' = 1
+    inside = slice(1, -1)
+    expected = math.sqrt(float(x[inside].sum() / (4 * x[inside] ** 3).sum()))
+    value = relative_h1((target + error)[:, None], target[:, None], grid)
+    assert float(value) == pytest.approx(expected, rel=1e-6)
+
+
+def test_relative_h1_on_triangles_weighs_each_gradient_with_its_area():
+    # triangle A of area 0.5, triangle B of area 2; target x (gradient (1, 0) on both), error y on
+    # B only: |e|^2 = 2 * 1, |t|^2 = (0.5 + 2) * 1
+    pos = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [3.0, 0.0], [1.0, 2.0]])
+    mesh = from_points(pos)
+    mesh.face = torch.tensor([[0, 1, 2], [1, 3, 4]]).T
+    target = pos[:, :1]
+    error = torch.tensor([[0.0], [0.0], [0.0], [0.0], [2.0]])
+    value = relative_h1(target + error, target, mesh)
+    assert float(value) == pytest.approx(math.sqrt(2 / 2.5), rel=1e-6)
+
+
+def test_relative_h1_refuses_query_points_and_says_when_to_drop_it():
+    grid = uniform_grid((5, 5))
+    grid.y = grid.pos[:, :1]
+    grid.query_pos = grid.pos[:3]
+    with pytest.raises(ConfigError, match="the H1 penalty needs predictions at the mesh nodes"):
+        relative_h1(grid.y[:3], grid.y[:3], grid)
+    cloud = from_points(torch.rand(6, 2), y=torch.rand(6, 1))
+    with pytest.raises(ConfigError, match="set h1_weight = 0 for point clouds"):
+        relative_h1(cloud.y, cloud.y, cloud)
