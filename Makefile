@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint format docs docs-check bench clean-venv
+.PHONY: install demo test lint format docs docs-check bench mutate clean-venv
 
 install:
 	bash scripts/install.sh
@@ -41,3 +41,9 @@ docs-check: install
 
 bench: install
 	$(PY) benchmarks/run_all.py
+
+# mutation testing (slow, not part of `make test`): `make mutate TARGETS="losses pit"` for some
+# modules, `$(PY) scripts/mutate.py --list` for the targets; lists the mutants no test kills
+mutate: install
+	$(VENV)/bin/pip install -q -c $(VENV)/torch-constraints.txt -e ".[mutation]"
+	$(PY) scripts/mutate.py $(TARGETS)

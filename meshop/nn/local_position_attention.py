@@ -160,14 +160,18 @@ class LocalPositionAttention(PositionKernel):
         if "quantile" in self.field:
             index = self._tiled_quantile_index(tiled, pos_dst, tiled_batch, batch_dst, copies)
         else:
+            # the neighbour search wants each sample's nodes contiguous: the copies of a batch
+            # of several samples are not, so search them in sample order and map back
+            order = torch.argsort(tiled_batch, stable=True)
             index = neighbor_index(
-                tiled,
+                tiled[order],
                 pos_dst,
-                tiled_batch,
+                tiled_batch[order],
                 batch_dst,
                 max_num_neighbors=self.max_num_neighbors,
                 **self.field,
             )
+            index = torch.stack([index[0], order[index[1]]])
         dist = squared_distance(tiled, pos_dst, index)
         index = torch.stack([index[0], index[1] % n_src])
         return _nearest_image(index, dist, len(pos_dst), n_src)

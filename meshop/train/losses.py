@@ -8,6 +8,8 @@ from meshop._pyg import scatter
 from meshop.data.batching import grid_shape_of, node_batch, num_samples
 from meshop.errors import ConfigError
 
+REDUCTIONS = ("mean", "sum", "none")
+
 
 def _per_sample_norm(
     values: torch.Tensor, batch: torch.Tensor | None, p: int, num_samples: int | None
@@ -36,7 +38,12 @@ def relative_lp(
         batch: [N] sample index of each node (None: one sample).
         p: 2 for the relative L2 of the papers, 1 for PiT's Burgers/ShockTube.
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one value per sample).
+
+    Raises:
+        ConfigError: an unknown ``reduction``.
     """
+    if reduction not in REDUCTIONS:
+        raise ConfigError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")
     err = _per_sample_norm(pred - target, batch, p, num_samples)
     ref = _per_sample_norm(target, batch, p, num_samples)
     rel = err / (ref + eps)
