@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from meshop.data.neighbors import sample_slices
+from meshop.data.neighbors import equal_sizes, sample_slices
 from meshop.errors import ConfigError
 
 #: ways to keep each head's lambda positive (PiT App. C.1), see :func:`positive_lambda`
@@ -71,25 +71,6 @@ def check_periodic(periodic) -> float | tuple[float | None, ...] | None:
     if not isinstance(periodic, Sequence):
         return float(periodic)
     return tuple(None if length is None else float(length) for length in periodic)
-
-
-def equal_sizes(
-    n_src: int, n_dst: int, batch_src: Tensor | None, batch_dst: Tensor | None
-) -> tuple[int, int, int] | None:
-    """``(B, N_src, N_dst)`` when every sample of a (sorted) batch has ``N_src`` sources and
-    ``N_dst`` targets, else ``None`` (also when one batch vector is given without the other)."""
-    if batch_src is None and batch_dst is None:
-        return 1, n_src, n_dst
-    if batch_src is None or batch_dst is None or n_src == 0 or n_dst == 0:
-        return None
-    b = int(batch_src[-1]) + 1
-    if int(batch_dst[-1]) + 1 != b or n_src % b or n_dst % b:
-        return None
-    for batch, n in ((batch_src, n_src), (batch_dst, n_dst)):
-        expected = torch.arange(b, device=batch.device).repeat_interleave(n // b)
-        if not torch.equal(batch, expected):
-            return None
-    return b, n_src // b, n_dst // b
 
 
 def box_lengths(periodic, dim: int, like: Tensor) -> Tensor:
