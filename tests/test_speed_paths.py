@@ -357,3 +357,14 @@ def test_speed_benchmark_quick_writes_both_implementations(tmp_path, capsys):
         assert records[0][impl]["median_s"] > 0 and records[0][impl]["parameters"] > 0
     table = (tmp_path / "speed_vs_reference.md").read_text()
     assert "measured under load" in table and table in capsys.readouterr().out
+
+
+def test_pit_profile_quick_accounts_for_the_whole_step(tmp_path):
+    import profile_pit
+
+    result = profile_pit.profile_case(120, 40, 2, steps=1)
+    assert sum(result["groups_s"].values()) == pytest.approx(result["step_s"])
+    assert result["groups_s"]["position attention (fused SDPA, forward + backward)"] > 0
+    assert result["groups_s"]["neighbour search and edge bookkeeping"] > 0
+    profile_pit.main(["--quick", "--steps", "1", "--out", str(tmp_path)])
+    assert "| where | time per step | share |" in (tmp_path / "pit_profile.md").read_text()
