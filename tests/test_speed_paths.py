@@ -368,3 +368,83 @@ def test_pit_profile_quick_accounts_for_the_whole_step(tmp_path):
     assert result["groups_s"]["neighbour search and edge bookkeeping"] > 0
     profile_pit.main(["--quick", "--steps", "1", "--out", str(tmp_path)])
     assert "| where | time per step | share |" in (tmp_path / "pit_profile.md").read_text()
+
+
+# --- neighbour lists kept between calls --------------------------------------------------------
+
+
+def count_searches(monkeypatch):
+    import meshop.nn.local_position_attention as local_module
+
+    calls = []
+    original = local_module.neighbor_index
+
+    def spy(*args, **kwargs):
+        calls.append(len(args[0]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(local_module, "neighbor_index", spy)
+    return calls
+
+
+def mesh_batch(meshes):
+    pos_src = torch.cat([src for src, _ in meshes])
+    pos_dst = torch.cat([dst for _, dst in meshes])
+    batch_src = torch.cat([torch.full((len(s),), i) for i, (s, _) in enumerate(meshes)])
+    batch_dst = torch.cat([torch.full((len(d),), i) for i, (_, d) in enumerate(meshes)])
+    return pos_src, pos_dst, batch_src, batch_dst
+
+
+@pytest.mark.parametrize("field", [{"quantile": 0.1}, {"k": 5}, {"radius": 0.3}])
+def test_neighbour_lists_are_reused_per_sample_across_batches(field, monkeypatch):
+    torch.manual_seed(0)
+    meshes = [(torch.rand(30 + 5 * i, 2), torch.rand(12 + i, 2)) for i in range(4)]
+    layer = LocalPositionAttention(4, 4, 2, **field)
+    fresh = LocalPositionAttention(4, 4, 2, cache_mb=0, **field)
+    calls = count_searches(monkeypatch)
+    layer.neighbors(*mesh_batch(meshes[:2]))
+    layer.neighbors(*mesh_batch(meshes[2:]))
+    assert len(calls) == 2
+    for order in ([3, 0, 2, 1], [1, 2]):  # other batches of the same samples: no search
+        batch = mesh_batch([meshes[i] for i in order])
+        index, dist = layer.neighbors(*batch)
+        expected_index, expected_dist = fresh.neighbors(*batch)
+        assert torch.equal(index, expected_index)
+        torch.testing.assert_close(dist, expected_dist)
+    assert len(calls) == 2 + 2  # only the cache-less layer searched
+    moved = [(meshes[0][0] + 1e-3, meshes[0][1]), meshes[1]]  # positions changed: search again
+    index, _ = layer.neighbors(*mesh_batch(moved))
+    assert len(calls) == 5
+    assert torch.equal(index, fresh.neighbors(*mesh_batch(moved))[0])
+    targets_moved = [(meshes[2][0], meshes[2][1] + 0.05), meshes[3]]
+    index, _ = layer.neighbors(*mesh_batch(targets_moved))
+    assert len(calls) == 7
+    assert torch.equal(index, fresh.neighbors(*mesh_batch(targets_moved))[0])
+
+
+def test_neighbour_cache_keeps_to_its_budget_and_positions_keep_their_gradient():
+    torch.manual_seed(0)
+    layer = LocalPositionAttention(4, 4, 2, k=4, cache_mb=0.01)  # about 10 kB
+    for _ in range(20):
+        layer.neighbors(torch.rand(40, 2), torch.rand(40, 2))
+    assert 0 < layer._cached_bytes <= layer.cache_bytes
+    assert len(layer._cache) < 20
+    pos = torch.rand(40, 2, requires_grad=True)
+    layer.neighbors(pos.detach(), pos.detach())
+    _, dist = layer.neighbors(pos, pos)  # a cache hit, still differentiable in the positions
+    assert dist.requires_grad
+
+
+def test_pit_training_step_searches_no_neighbours_after_the_first(monkeypatch):
+    from meshop.models import PiT
+
+    torch.manual_seed(0)
+    model = PiT(3, 1, 2, width=8, heads=2, blocks=1, encoder_k=4, decoder_quantile=0.2)
+    from meshop.data import from_points, make_loader
+
+    samples = [from_points(torch.rand(20, 2), x=torch.rand(20), y=torch.rand(20)) for _ in range(4)]
+    calls = count_searches(monkeypatch)
+    for epoch in range(2):
+        for batch in make_loader(samples, batch_size=2, shuffle=epoch == 1):
+            model(batch).square().mean().backward()
+    assert len(calls) == 4  # encoder and decoder, two batches, first epoch only
