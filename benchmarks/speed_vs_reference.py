@@ -7,7 +7,9 @@ tensors), on the same inputs. A training step is forward, loss, backward and an 
 The implementations are timed interleaved (one step of each in turn, ``--repeats`` rounds after
 one warm-up step each) at every thread count; the table reports each one's median step time and
 the ratio reference / meshop. Interleaving spreads the load of a shared machine over all
-implementations alike; medians damp the rest.
+implementations alike; medians damp the rest. Every step trains on the same batch, as every epoch
+after the first does on its samples: meshop's neighbour lists are then kept from the warm-up step
+(the reference recomputes its quantile masks in every step, as the authors' code does).
 
     python benchmarks/speed_vs_reference.py                 # full table, 1 and 2 threads
     python benchmarks/speed_vs_reference.py --quick         # smoke test at tiny sizes
