@@ -86,6 +86,9 @@ def _add_train(sub) -> None:
     p.add_argument("--dataset-arg", action="append", metavar="KEY=VALUE", help="dataset option")
     p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--compile", action="store_true", help="training steps through torch.compile (slow start)"
+    )
     p.add_argument("--no-figures", action="store_true", help="do not draw figures at the end")
     p.add_argument("--threads", type=int, help="CPU threads per process (torch.set_num_threads)")
 
@@ -105,6 +108,8 @@ def cmd_train(args) -> int:
     run.train.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
     if args.no_progress:
         run.train["progress"] = False
+    if args.compile:
+        run.train["compile"] = True
     from_dict(run.train)  # reject bad values before any data is generated
     run.model_args.update(parse_assignments(args.model_arg, "--model-arg"))
     run.dataset_args.update(parse_assignments(args.dataset_arg, "--dataset-arg"))

@@ -47,6 +47,25 @@ def sample_slices(batch_src: torch.Tensor, batch_dst: torch.Tensor) -> list[tupl
     return list(zip(*ranges))
 
 
+def equal_sizes(
+    n_src: int, n_dst: int, batch_src: torch.Tensor | None, batch_dst: torch.Tensor | None
+) -> tuple[int, int, int] | None:
+    """``(B, N_src, N_dst)`` when every sample of a (sorted) batch has ``N_src`` sources and
+    ``N_dst`` targets, else ``None`` (also when one batch vector is given without the other)."""
+    if batch_src is None and batch_dst is None:
+        return 1, n_src, n_dst
+    if batch_src is None or batch_dst is None or n_src == 0 or n_dst == 0:
+        return None
+    b = int(batch_src[-1]) + 1
+    if int(batch_dst[-1]) + 1 != b or n_src % b or n_dst % b:
+        return None
+    for batch, n in ((batch_src, n_src), (batch_dst, n_dst)):
+        expected = torch.arange(b, device=batch.device).repeat_interleave(n // b)
+        if not torch.equal(batch, expected):
+            return None
+    return b, n_src // b, n_dst // b
+
+
 def squared_distance(pos_src, pos_dst, edge_index) -> torch.Tensor:
     """|pos_dst[i] - pos_src[j]|^2 for each edge (i, j), computed as a dense matrix would be."""
     return (pos_dst[edge_index[0]] - pos_src[edge_index[1]]).pow(2).sum(-1)

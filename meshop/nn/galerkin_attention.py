@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from meshop._pyg import to_dense_batch
+from meshop.data.neighbors import equal_sizes
 from meshop.errors import ConfigError
 
 
@@ -50,6 +51,8 @@ class HeadLayerNorm(nn.Module):
         nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.heads == 1:  # one affine for every node: the fused kernel applies it
+            return F.layer_norm(x, (self.head_channels,), self.weight[0], self.bias[0], self.eps)
         return F.layer_norm(x, (self.head_channels,), eps=self.eps) * self.weight + self.bias
 
     def extra_repr(self) -> str:
@@ -148,7 +151,8 @@ class HeadAttention(nn.Module):
             q: [B, heads, n_max, e] queries (zero rows where ``mask`` is False).
             k: [B, heads, n_max, e] keys (zero rows where ``mask`` is False).
             v: [B, heads, n_max, e] values (zero rows where ``mask`` is False).
-            weight: [B, n_max] quadrature weights (zero on padding).
+            weight: [B, n_max] quadrature weights (zero on padding), or [B, 1] when the weights
+                are equal within every sample (and there is no padding).
             mask: [B, n_max] True on real nodes.
 
         Returns:
@@ -160,9 +164,12 @@ class HeadAttention(nn.Module):
         self, x: Tensor, pos: Tensor, batch: Tensor | None = None, weight: Tensor | None = None
     ) -> Tensor:
         n, heads = x.shape[0], self.heads
+        sizes = equal_sizes(n, n, batch, batch)
+        if sizes is not None:
+            return self._forward_equal(x, pos, weight, sizes[0])
+        coords = pos[:, None, :].expand(n, heads, self.pos_dim) if self.pos_dim else None
         if weight is None:
             weight = default_weight(n, batch, x)
-        coords = pos[:, None, :].expand(n, heads, self.pos_dim) if self.pos_dim else None
         blocks = []
         for key, lin in (("q", self.lin_q), ("k", self.lin_k), ("v", self.lin_v)):
             t = lin(x).view(n, heads, self.head_channels)
@@ -181,6 +188,35 @@ class HeadAttention(nn.Module):
         out = self.attend(*dense, weight.to(x.dtype), mask)  # [B, heads, n_max, e]
         out = out.transpose(1, 2).reshape(mask.shape[0], mask.shape[1], heads * e)[mask]
         return self.lin_out(out)
+
+    def _forward_equal(self, x: Tensor, pos: Tensor, weight: Tensor | None, b: int) -> Tensor:
+        """Samples of equal sizes as one batch of ``[B, heads, m, e]`` views (no padding, no
+        gathering); uniform weights within every sample are passed as ``[B, 1]``."""
+        n, heads = x.shape[0], self.heads
+        m = n // b
+        coords = None
+        if self.pos_dim:
+            coords = pos.view(b, 1, m, self.pos_dim).expand(b, heads, m, self.pos_dim)
+        blocks = []
+        for key, lin in (("q", self.lin_q), ("k", self.lin_k), ("v", self.lin_v)):
+            t = lin(x).view(b, m, heads, self.head_channels)
+            if key in self.norms:
+                t = self.norms[key](t)
+            t = t.transpose(1, 2)  # [B, heads, m, d_k]
+            if coords is not None:
+                t = torch.cat([t, coords.to(t.dtype)], dim=-1)
+            blocks.append(t)
+        if weight is None:
+            weight = x.new_full((b, 1), 1.0 / m)
+        else:
+            weight = weight.view(b, m).to(x.dtype)
+            uniform = torch.equal(weight, weight[:, :1].expand_as(weight))
+            weight = weight / weight.sum(1, keepdim=True)  # a mean over each sample's domain
+            if uniform:
+                weight = weight[:, :1]
+        mask = torch.ones(b, m, dtype=torch.bool, device=x.device)
+        out = self.attend(*blocks, weight, mask)  # [B, heads, m, e]
+        return self.lin_out(out.transpose(1, 2).reshape(n, -1))
 
     def __repr__(self) -> str:
         return (
@@ -210,8 +246,7 @@ class GalerkinAttention(HeadAttention):
     normalized = ("k", "v")
 
     def attend(self, q, k, v, weight, mask):
-        kv = (k * weight[:, None, :, None]).transpose(-2, -1) @ v  # [B, heads, e, e]
-        kv = F.dropout(kv, self.dropout, self.training)
+        kv = F.dropout(weighted_moment(k, v, weight), self.dropout, self.training)
         return q @ kv
 
 
@@ -236,9 +271,21 @@ class FourierAttention(HeadAttention):
     normalized = ("q", "k")
 
     def attend(self, q, k, v, weight, mask):
-        kernel = (q @ k.transpose(-2, -1)) * weight[:, None, None, :]  # [B, heads, n, n]
+        if weight.shape[-1] == 1:  # equal weights: scale the n x e keys, not the n x n kernel
+            kernel = q @ (k * weight[:, None, :, None]).transpose(-2, -1)
+        else:
+            kernel = (q @ k.transpose(-2, -1)) * weight[:, None, None, :]  # [B, heads, n, n]
         kernel = F.dropout(kernel, self.dropout, self.training)
         return kernel @ v
+
+
+def weighted_moment(k: Tensor, v: Tensor, weight: Tensor) -> Tensor:
+    """``sum_j w_j k_j^T v_j`` per sample and head: [B, heads, e, e] from ``k``, ``v``
+    [B, heads, n, e] and ``weight`` [B, n], or [B, 1] for equal weights (then the e x e product
+    is scaled instead of the n x e keys)."""
+    if weight.shape[-1] == 1:
+        return (k.transpose(-2, -1) @ v) * weight[:, None, :, None]
+    return (k * weight[:, None, :, None]).transpose(-2, -1) @ v
 
 
 def log_weight_mask(weight: Tensor, mask: Tensor, dtype) -> Tensor:
@@ -254,4 +301,5 @@ __all__ = [
     "HeadLayerNorm",
     "default_weight",
     "log_weight_mask",
+    "weighted_moment",
 ]

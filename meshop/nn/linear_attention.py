@@ -33,7 +33,9 @@ class LinearAttention(HeadAttention):
 
     def attend(self, q, k, v, weight, mask):
         q = q.softmax(dim=-1)
-        k = (k + log_weight_mask(weight, mask, k.dtype)[:, None, :, None]).softmax(dim=-2)
+        if weight.shape[-1] != 1:  # equal weights shift every logit alike: nothing to add
+            k = k + log_weight_mask(weight, mask, k.dtype)[:, None, :, None]
+        k = k.softmax(dim=-2)
         kv = F.dropout(k.transpose(-2, -1) @ v, self.dropout, self.training)  # [B, heads, e, e]
         return q @ kv
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
@@ -11,7 +12,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from meshop._pyg import softmax
-from meshop.data.neighbors import neighbor_index, sort_edges, squared_distance
+from meshop.data.neighbors import neighbor_index, sample_slices, sort_edges, squared_distance
 from meshop.errors import ConfigError
 from meshop.nn.position_attention import PositionKernel, box_lengths
 
@@ -60,6 +61,12 @@ class LocalPositionAttention(PositionKernel):
         periodic (float or sequence, optional): box length of a periodic domain, one for all axes or
             one per axis (``None`` for an open axis).
         max_num_neighbors (int): cap of the radius search per target.
+        cache_mb (float): memory for neighbour lists kept between calls (CPU tensors, open
+            domains). A sample's mesh does not change between epochs: its edges are stored under
+            the exact bytes of its source and target coordinates and reused whenever the same
+            coordinates come back (any change of the positions is a new key, so the lists are
+            recomputed), least recently used dropped first; distances are always recomputed from
+            the positions. 0 turns the cache off.
 
     Shapes:
         - input: source features :math:`(N_{src}, C_{in})`, source positions
@@ -80,6 +87,7 @@ class LocalPositionAttention(PositionKernel):
         lambda_param: str = "tan",
         periodic: float | Sequence[float | None] | None = None,
         max_num_neighbors: int = 1024,
+        cache_mb: float = 256.0,
     ):
         field = {"quantile": quantile, "k": k, "radius": radius}
         given = {name: value for name, value in field.items() if value is not None}
@@ -95,6 +103,9 @@ class LocalPositionAttention(PositionKernel):
             raise ConfigError(f"radius must be positive, got {radius}")
         self.field = given
         self.max_num_neighbors = max_num_neighbors
+        self.cache_bytes = int(cache_mb * 2**20)
+        self._cache: OrderedDict[bytes, Tensor] = OrderedDict()
+        self._cached_bytes = 0
         super().__init__(in_channels, out_channels, heads, lambda_param, periodic)
 
     def neighbors(
@@ -107,18 +118,66 @@ class LocalPositionAttention(PositionKernel):
         """Receptive fields as an edge index [2, E] (row 0 target, row 1 source) sorted by target,
         then source (CSR order), and the squared (minimum-image when periodic) distance of every
         edge [E]."""
-        if self.periodic is None:
-            index = neighbor_index(
-                pos_src,
-                pos_dst,
-                batch_src,
-                batch_dst,
-                max_num_neighbors=self.max_num_neighbors,
-                **self.field,
-            )
-            index = sort_edges(index, len(pos_dst), len(pos_src))
-            return index, squared_distance(pos_src, pos_dst, index)
-        return self._periodic_neighbors(pos_src, pos_dst, batch_src, batch_dst)
+        if self.periodic is not None:
+            return self._periodic_neighbors(pos_src, pos_dst, batch_src, batch_dst)
+        cache = self.cache_bytes > 0 and pos_src.device.type == "cpu"
+        if cache:
+            slices = self._slices(pos_src, pos_dst, batch_src, batch_dst)
+            keys = [_key(pos_src[src], pos_dst[dst]) for src, dst in slices]
+            if all(key in self._cache for key in keys):
+                index = self._cached_index(slices, keys, pos_src.device)
+                return index, squared_distance(pos_src, pos_dst, index)
+        index = neighbor_index(
+            pos_src,
+            pos_dst,
+            batch_src,
+            batch_dst,
+            max_num_neighbors=self.max_num_neighbors,
+            **self.field,
+        )
+        index = sort_edges(index, len(pos_dst), len(pos_src))
+        if cache:
+            self._store(index, slices, keys)
+        return index, squared_distance(pos_src, pos_dst, index)
+
+    @staticmethod
+    def _slices(pos_src, pos_dst, batch_src, batch_dst) -> list[tuple[slice, slice]]:
+        if batch_src is None and batch_dst is None:
+            return [(slice(0, len(pos_src)), slice(0, len(pos_dst)))]
+        if batch_src is None:
+            batch_src = torch.zeros(len(pos_src), dtype=torch.long, device=pos_src.device)
+        if batch_dst is None:
+            batch_dst = torch.zeros(len(pos_dst), dtype=torch.long, device=pos_dst.device)
+        return sample_slices(batch_src, batch_dst)
+
+    def _cached_index(self, slices, keys, device) -> Tensor:
+        parts = []
+        for (src, dst), key in zip(slices, keys):
+            self._cache.move_to_end(key)
+            local = self._cache[key].to(device=device, dtype=torch.long)
+            parts.append(local + local.new_tensor([[dst.start], [src.start]]))
+        if not parts:
+            return torch.zeros(2, 0, dtype=torch.long, device=device)
+        return torch.cat(parts, dim=1)
+
+    def _store(self, index: Tensor, slices, keys) -> None:
+        """Split the batch's edges (sorted by target) by sample and keep them, in local indices."""
+        starts = index.new_tensor([dst.start for _, dst in slices] + [slices[-1][1].stop])
+        bounds = torch.searchsorted(index[0].contiguous(), starts).tolist()
+        for (src, dst), key, lo, hi in zip(slices, keys, bounds[:-1], bounds[1:]):
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                continue
+            local = index[:, lo:hi] - index.new_tensor([[dst.start], [src.start]])
+            local = local.to(torch.int32) if max(src.stop, dst.stop) < 2**31 else local
+            size = local.numel() * local.element_size() + len(key)
+            if size > self.cache_bytes:
+                continue
+            while self._cached_bytes + size > self.cache_bytes:
+                old_key, old = self._cache.popitem(last=False)
+                self._cached_bytes -= old.numel() * old.element_size() + len(old_key)
+            self._cache[key] = local
+            self._cached_bytes += size
 
     def forward(
         self,
@@ -200,6 +259,16 @@ class LocalPositionAttention(PositionKernel):
             f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
             f"heads={self.heads}, {field}, lambda_param={self.lambda_param!r}{periodic})"
         )
+
+
+def _key(pos_src: Tensor, pos_dst: Tensor) -> bytes:
+    """The exact coordinates of one sample's sources and targets, as a dictionary key."""
+    parts = []
+    for pos in (pos_src, pos_dst):
+        pos = pos.detach().contiguous()
+        header = f"{pos.dtype}{tuple(pos.shape)}".encode()
+        parts += [header, pos.view(-1).view(torch.uint8).numpy().tobytes()]
+    return b"|".join(parts)
 
 
 def _sparse(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from meshop.data.neighbors import sample_slices
+from meshop.data.neighbors import equal_sizes, sample_slices
 from meshop.errors import ConfigError
 
 #: ways to keep each head's lambda positive (PiT App. C.1), see :func:`positive_lambda`
@@ -153,8 +153,14 @@ class PositionAttention(PositionKernel):
     :math:`[x, 1]`, keys :math:`[2\lambda y, -\lambda\|y\|^2]` and ``scale=1``; coordinates are
     centred on the sample's source mean first (float32 cancellation) and zero-padded to the value
     head width, so that ``F.scaled_dot_product_attention`` takes its fused kernel (O(N) memory).
-    Samples of a batch run one after the other (a block-diagonal boolean mask would be a dense
-    :math:`N_{dst} \times N_{src}` tensor).
+    Batches whose samples all have the same numbers of source and target nodes (grids, fixed
+    meshes, resampled latent meshes) run as one batched call (``[B, H, N, P]``). When every sample
+    of such a batch also has the same mesh (grids, Darcy, Burgers), each head's kernel is computed
+    once and applied to all the samples' values side by side (``[H, N_src, B C_h]``); that kernel
+    is an explicit :math:`H N_{dst} N_{src}` matrix, used up to ``dense_elements`` entries (the
+    fused kernel beyond). Batches of mixed sizes run sample after sample (a block-diagonal boolean
+    mask would be a dense :math:`N_{dst} \times N_{src}` tensor). All paths compute the same
+    formula.
 
     With ``periodic`` the distance is the minimum-image one, :math:`\|x - y\|_L^2 = \sum_a
     (\delta_a - L_a\,\mathrm{round}(\delta_a / L_a))^2` with :math:`\delta = x - y`. It is not a dot
@@ -171,6 +177,8 @@ class PositionAttention(PositionKernel):
         periodic (float or sequence, optional): box length of a periodic domain, one for all axes
             or one per axis (``None`` for an open axis). Coordinates need not be wrapped.
         chunk_elements (int): target-chunk budget of the periodic path, in distances.
+        dense_elements (int): largest explicit kernel (:math:`H N_{dst} N_{src}` entries) of a
+            batch whose samples share one mesh; 0 always uses the fused kernel.
 
     Shapes:
         - input: source features :math:`(N_{src}, C_{in})`, source positions
@@ -187,8 +195,10 @@ class PositionAttention(PositionKernel):
         lambda_param: str = "tan",
         periodic: float | Sequence[float | None] | None = None,
         chunk_elements: int = 2**20,
+        dense_elements: int = 2**24,
     ):
         self.chunk_elements = int(chunk_elements)
+        self.dense_elements = int(dense_elements)
         super().__init__(in_channels, out_channels, heads, lambda_param, periodic)
 
     def forward(
@@ -203,6 +213,16 @@ class PositionAttention(PositionKernel):
             pos_dst, batch_dst = pos_src, batch_src
         v = self.lin_v(x_src).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
         lam = self.lam
+        sizes = equal_sizes(len(pos_src), len(pos_dst), batch_src, batch_dst)
+        if self.periodic is None and sizes is not None:
+            b, n_src, n_dst = sizes
+            out = self._attend_batched(
+                pos_src.view(b, n_src, -1),
+                pos_dst.view(b, n_dst, -1),
+                v.view(b, n_src, self.heads, self.head_channels),
+                lam,
+            )
+            return out.reshape(len(pos_dst), self.out_channels)
         if batch_src is None:
             batch_src = torch.zeros(len(pos_src), dtype=torch.long, device=pos_src.device)
         if batch_dst is None:
@@ -233,6 +253,51 @@ class PositionAttention(PositionKernel):
             scale=1.0,
         )
         return out[0, :, :, :width].transpose(0, 1)  # [N_dst, H, C_h]
+
+    def _attend_batched(self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor) -> Tensor:
+        """Samples of equal sizes: ``pos_src`` [B, N_src, D], ``pos_dst`` [B, N_dst, D], ``v``
+        [B, N_src, H, C_h] -> [B, N_dst, H, C_h]."""
+        b, n_src, heads, width = v.shape
+        n_dst = pos_dst.shape[1]
+        shared = b == 1 or (
+            torch.equal(pos_src, pos_src[:1].expand_as(pos_src))
+            and torch.equal(pos_dst, pos_dst[:1].expand_as(pos_dst))
+        )
+        if shared:
+            pos_src, pos_dst = pos_src[:1], pos_dst[:1]
+        centre = pos_src.mean(1, keepdim=True)
+        y, x = pos_src - centre, pos_dst - centre  # [B', N, D]
+        if not shared or heads * n_dst * n_src > self.dense_elements:
+            return self._attend_fused(x, y, v, lam)
+        # one kernel per head for every sample: the samples' values side by side, [H, N_src, B C];
+        # queries and keys keep the width D + 1 of the augmented coordinates (no padding)
+        q = torch.cat([x, torch.ones_like(x[..., :1])], dim=-1).expand(heads, -1, -1)
+        k = torch.cat([2.0 * y, -y.square().sum(-1, keepdim=True)], dim=-1)  # [1, N_src, D + 1]
+        k = lam.view(heads, 1, 1) * k
+        values = v.permute(2, 1, 0, 3).reshape(1, heads, n_src, b * width)
+        dtype = values.dtype
+        out = F.scaled_dot_product_attention(
+            q.to(dtype)[None], k.to(dtype)[None], values, scale=1.0
+        )  # [1, H, N_dst, B C]
+        return out[0].view(heads, n_dst, b, width).permute(2, 1, 0, 3)
+
+    def _attend_fused(self, x: Tensor, y: Tensor, v: Tensor, lam: Tensor) -> Tensor:
+        """The batched path through the fused kernel: ``x`` [B', N_dst, D] and ``y`` [B', N_src, D]
+        centred coordinates (B' = 1 on a shared mesh), ``v`` [B, N_src, H, C_h]."""
+        b, _, heads, width = v.shape
+        dim = x.shape[-1]
+        size = max(width, dim + 1)
+        q = torch.cat([x, torch.ones_like(x[..., :1])], dim=-1)  # [B', N_dst, D + 1]
+        q = F.pad(q, (0, size - dim - 1))[:, None].expand(b, heads, -1, -1)
+        k = torch.cat([2.0 * y, -y.square().sum(-1, keepdim=True)], dim=-1)  # [B', N_src, D + 1]
+        k = F.pad(lam.view(1, heads, 1, 1) * k[:, None], (0, size - dim - 1))
+        k = k.expand(b, heads, -1, -1)
+        values = F.pad(v.transpose(1, 2), (0, size - width))  # [B, H, N_src, P]
+        dtype = values.dtype
+        out = F.scaled_dot_product_attention(
+            q.to(dtype).contiguous(), k.to(dtype).contiguous(), values, scale=1.0
+        )
+        return out[..., :width].transpose(1, 2)  # [B, N_dst, H, C_h]
 
     def _attend_periodic(self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor) -> Tensor:
         """One sample, minimum-image distances, exact kernel in chunks of targets."""

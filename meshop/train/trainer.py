@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import sys
@@ -45,6 +46,21 @@ def training_loss(pred: torch.Tensor, batch, config: TrainConfig) -> torch.Tenso
     if config.h1_weight:
         loss = loss + config.h1_weight * relative_h1(pred, batch.y, batch)
     return loss
+
+
+def compile_model(net: torch.nn.Module) -> torch.nn.Module:
+    """``torch.compile(net)`` (TorchInductor), or a clear error where it cannot run here."""
+    if not hasattr(torch, "compile"):
+        raise ConfigError(
+            f"compile=True needs torch.compile (torch >= 2.0); torch {torch.__version__}"
+        )
+    try:
+        importlib.import_module("torch._inductor")  # the backend torch.compile uses
+    except ImportError as exc:
+        raise ConfigError(
+            f"compile=True: TorchInductor cannot be imported ({exc}); train with compile=False"
+        ) from exc
+    return torch.compile(net)
 
 
 def model_spec(model: torch.nn.Module) -> str:
@@ -140,6 +156,8 @@ class Trainer:
             self.net = DistributedDataParallel(
                 self.model, device_ids=device_ids, find_unused_parameters=c.find_unused_parameters
             )
+        if c.compile:
+            self.net = compile_model(self.net)
         self.metrics_log = (
             MetricsLog(self.out_dir, c.metrics_format) if self.out_dir is not None else None
         )

@@ -1,0 +1,141 @@
+"""Where a PiT training step spends its time: torch.profiler over meshop's PiT at the settings of
+``speed_vs_reference.py`` (972 nodes, batch 8, width 64, 2 heads, 4 blocks, 2 % quantile fields),
+grouped into position attention, neighbour search, linear layers and the rest, next to the
+floating-point work the attention itself needs.
+
+    python benchmarks/profile_pit.py                 # 972 / 972 and 972 / 256 latent nodes
+    python benchmarks/profile_pit.py --quick         # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from common import RESULTS, SECTION_END, SECTION_START, machine, markdown_table
+
+#: operator name fragments of each group (first match wins)
+GROUPS = {
+    "position attention (fused SDPA, forward + backward)": ("scaled_dot_product",),
+    "neighbour search and edge bookkeeping": (
+        "torch_cluster",
+        "sort",
+        "nonzero",
+        "unique",
+        "bincount",
+        "scatter",
+        "index",
+        "where",
+        "floor",
+        "cumsum",
+        "searchsorted",
+        "quantile",
+        "aten::lt",
+        "aten::le",
+        "aten::gt",
+        "sampled_addmm",
+        "sparse",
+        "_to_sparse",
+    ),
+    "linear layers and sparse aggregation (mm, addmm, bmm)": (
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "_aggregate",
+    ),
+    "activations (GELU) and their backward": ("gelu",),
+}
+
+
+def attention_flops(n_latent: int, batch: int, heads: int, width: int, blocks: int) -> float:
+    """Multiply-adds x 2 of the global attention of the processor, forward and backward, counted
+    at the value width: Q K^T and A V forward (2 products), and the backward's recomputed Q K^T,
+    dV, dA, dQ/dK (5 products) of [N, N] x [N, width / heads] per head and sample."""
+    per_product = 2 * n_latent * n_latent * (width // heads)
+    return 7 * per_product * heads * batch * blocks
+
+
+def profile_case(n: int, latent: int, batch: int, steps: int) -> dict:
+    import torch
+    from speed_vs_reference import pit_case
+    from torch.profiler import ProfilerActivity, profile
+
+    step = pit_case(n, latent, batch)["meshop"][0]
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    groups = dict.fromkeys([*GROUPS, "other (copies, elementwise, optimizer, autograd)"], 0.0)
+    for event in events:
+        name = event.key.lower()
+        for group, fragments in GROUPS.items():
+            if any(fragment in name for fragment in fragments):
+                groups[group] += event.self_cpu_time_total
+                break
+        else:
+            groups["other (copies, elementwise, optimizer, autograd)"] += event.self_cpu_time_total
+    top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
+    return {
+        "n": n,
+        "latent": latent,
+        "batch": batch,
+        "threads": torch.get_num_threads(),
+        "step_s": total / steps / 1e6,
+        "groups_s": {k: v / steps / 1e6 for k, v in groups.items()},
+        "top": [(e.key, e.self_cpu_time_total / steps / 1e6, e.count // steps) for e in top],
+        "attention_gflop": attention_flops(latent, batch, 2, 64, 4) / 1e9,
+    }
+
+
+def tables(result: dict) -> str:
+    step = result["step_s"]
+    rows = [
+        [k, f"{v * 1e3:.0f} ms", f"{100 * v / step:.0f} %"] for k, v in result["groups_s"].items()
+    ]
+    top = [[f"`{k}`", f"{v * 1e3:.1f} ms", str(c)] for k, v, c in result["top"]]
+    return "\n\n".join(
+        [
+            f"Profiled step: {step * 1e3:.0f} ms of operator time; the processor's global "
+            f"attention needs {result['attention_gflop']:.1f} GFLOP "
+            "(forward and backward, at the value width).",
+            markdown_table(["where", "time per step", "share"], rows),
+            markdown_table(["operator (self time)", "per step", "calls per step"], top),
+        ]
+    )
+
+
+def main(argv=None) -> None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cases = [(150, 150, 2), (150, 40, 2)] if args.quick else [(972, 972, 8), (972, 256, 8)]
+    info = machine()
+    parts = [
+        "## Where a PiT training step spends its time",
+        "",
+        SECTION_START,
+        f"Measured {info['date']} with `{info['command']}` on {info['cpu']}, {args.threads} "
+        f"thread(s), torch {info['torch']}, measured under load (shares are more telling than "
+        "times).",
+        "",
+    ]
+    for n, latent, batch in cases:
+        result = profile_case(n, latent, batch, args.steps)
+        parts += [f"### {n} nodes, {latent} latent nodes, batch {batch}", "", tables(result), ""]
+    parts += [SECTION_END, ""]
+    text = "\n".join(parts)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "pit_profile.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()

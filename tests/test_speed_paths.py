@@ -1,0 +1,450 @@
+"""Fast paths (equal-size batches, shared meshes, equal weights) compute what the per-sample path
+and the dense formulas compute, gradients included; the benchmarks' reference formulations compute
+what the papers' code does."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import meshop.nn.galerkin_attention as galerkin_module
+from meshop.data.neighbors import equal_sizes, sample_slices
+from meshop.nn import (
+    FourierAttention,
+    GalerkinAttention,
+    GalerkinEncoderLayer,
+    LinearAttention,
+    LocalPositionAttention,
+    PositionAttention,
+    SoftmaxAttention,
+)
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import reference  # noqa: E402
+
+
+def batch_vector(b, n):
+    return torch.arange(b).repeat_interleave(n)
+
+
+def grads(out, tensors):
+    return torch.autograd.grad(out.square().sum(), tensors)
+
+
+def assert_all_close(first, second):
+    """Equal to float32 precision relative to the largest entry of all the tensors (a gradient
+    that is zero in exact arithmetic is rounding noise in both)."""
+    scale = max(float(b.abs().max()) for b in second)
+    for a, b in zip(first, second, strict=True):
+        assert float((a - b).abs().max()) <= 2e-5 * scale, (a, b)
+
+
+# --- equal sizes -------------------------------------------------------------------------------
+
+
+def test_equal_sizes_recognises_equal_and_rejects_mixed_batches():
+    assert equal_sizes(10, 6, None, None) == (1, 10, 6)
+    assert equal_sizes(12, 6, batch_vector(3, 4), batch_vector(3, 2)) == (3, 4, 2)
+    mixed = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2])
+    assert equal_sizes(12, 6, mixed, batch_vector(3, 2)) is None
+    assert equal_sizes(12, 6, batch_vector(3, 4), None) is None
+    unsorted = torch.tensor([0, 1, 0, 1])
+    assert equal_sizes(4, 4, unsorted, unsorted) is None
+    assert equal_sizes(8, 6, batch_vector(2, 4), batch_vector(3, 2)) is None  # 2 vs 3 samples
+
+
+# --- position attention ------------------------------------------------------------------------
+
+
+def dense_position_attention(layer, x, pos_src, pos_dst, b):
+    """exp(-lambda |x_i - y_k|^2) softmax weights times the values, per sample and head."""
+    n_src, n_dst = len(pos_src) // b, len(pos_dst) // b
+    v = layer.lin_v(x).view(b, n_src, layer.heads, layer.head_channels)
+    ps, pd = pos_src.view(b, n_src, -1), pos_dst.view(b, n_dst, -1)
+    dist = (pd[:, :, None] - ps[:, None]).square().sum(-1)
+    attn = torch.softmax(-layer.lam.view(1, -1, 1, 1) * dist[:, None], dim=-1)
+    return torch.einsum("bhij,bjhc->bihc", attn, v).reshape(b * n_dst, -1)
+
+
+def per_sample_position_attention(layer, x, pos_src, pos_dst, batch_src, batch_dst):
+    """The sample-by-sample path of the layer."""
+    v = layer.lin_v(x).view(-1, layer.heads, layer.head_channels)
+    out = v.new_zeros(len(pos_dst), layer.heads, layer.head_channels)
+    for src, dst in sample_slices(batch_src, batch_dst):
+        out[dst] = layer._attend(pos_src[src], pos_dst[dst], v[src], layer.lam)
+    return out.view(len(pos_dst), -1)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("dense_elements", [0, 2**24])
+def test_batched_position_attention_equals_per_sample_and_dense(shared, dense_elements):
+    torch.manual_seed(0)
+    b, n_src, n_dst, c = 3, 40, 25, 8
+    layer = PositionAttention(c, c, heads=2, dense_elements=dense_elements)
+    x = torch.randn(b * n_src, c, requires_grad=True)
+    count = 1 if shared else b
+    pos_src = torch.rand(count, n_src, 2).expand(b, -1, -1).reshape(-1, 2)
+    pos_dst = torch.rand(count, n_dst, 2).expand(b, -1, -1).reshape(-1, 2)
+    batch_src, batch_dst = batch_vector(b, n_src), batch_vector(b, n_dst)
+    params = [x, layer.theta, layer.lin_v.weight]
+    out = layer(x, pos_src, pos_dst, batch_src, batch_dst)
+    loop = per_sample_position_attention(layer, x, pos_src, pos_dst, batch_src, batch_dst)
+    dense = dense_position_attention(layer, x, pos_src, pos_dst, b)
+    torch.testing.assert_close(out, loop, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-6)
+    assert_all_close(grads(out, params), grads(dense, params))
+
+
+def test_shared_mesh_kernel_is_computed_once_per_head(monkeypatch):
+    """On a shared mesh one attention call covers every sample (the values side by side)."""
+    torch.manual_seed(0)
+    b, n, c = 4, 30, 8
+    layer = PositionAttention(c, c, heads=2)
+    pos = torch.rand(n, 2).repeat(b, 1)
+    calls = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kwargs):
+        calls.append((tuple(q.shape), tuple(v.shape)))
+        return original(q, k, v, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    layer(torch.randn(b * n, c), pos, batch_src=batch_vector(b, n))
+    assert calls == [((1, 2, n, 3), (1, 2, n, b * 4))]
+
+
+# --- Galerkin-family attention -----------------------------------------------------------------
+
+ATTENTIONS = [GalerkinAttention, FourierAttention, LinearAttention, SoftmaxAttention]
+
+
+@pytest.mark.parametrize("cls", ATTENTIONS)
+@pytest.mark.parametrize("weights", ["none", "uniform", "varying"])
+def test_equal_size_path_equals_padded_path(cls, weights, monkeypatch):
+    torch.manual_seed(0)
+    b, n, d = 3, 20, 8
+    layer = cls(d, 2, heads=2)
+    with torch.no_grad():  # move the layer norms' affine maps off the identity
+        for norm in layer.norms.values():
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(b * n, d, requires_grad=True)
+    pos, batch = torch.rand(b * n, 2), batch_vector(b, n)
+    weight = {
+        "none": None,
+        "uniform": torch.full((b * n,), 0.37),
+        "varying": torch.rand(b * n) + 0.1,
+    }[weights]
+    params = [x, *layer.parameters()]
+    fast = layer(x, pos, batch, weight)
+    monkeypatch.setattr(galerkin_module, "equal_sizes", lambda *args: None)
+    padded = layer(x, pos, batch, weight)
+    torch.testing.assert_close(fast, padded, rtol=1e-5, atol=1e-6)
+    assert_all_close(grads(fast, params), grads(padded, params))
+
+
+def test_equal_size_path_is_taken(monkeypatch):
+    calls = []
+    original = galerkin_module.HeadAttention._forward_equal
+
+    def spy(self, *args):
+        calls.append(args[-1])
+        return original(self, *args)
+
+    monkeypatch.setattr(galerkin_module.HeadAttention, "_forward_equal", spy)
+    layer = GalerkinAttention(8, 1)
+    layer(torch.randn(12, 8), torch.rand(12, 1), batch_vector(3, 4))
+    layer(torch.randn(7, 8), torch.rand(7, 1), torch.tensor([0, 0, 0, 1, 1, 1, 1]))
+    assert calls == [3]  # the mixed batch took the padded path
+
+
+# --- reference formulations --------------------------------------------------------------------
+
+
+def copy_galerkin_weights(ours: GalerkinEncoderLayer, ref: reference.GalerkinReferenceLayer):
+    """meshop's weights into the reference layer (coordinates after, not before, each head)."""
+    attn, heads, d_k = ours.attn, ours.attn.heads, ours.attn.head_channels
+    m = attn.pos_dim
+    with torch.no_grad():
+        for lin, ref_lin in zip((attn.lin_q, attn.lin_k, attn.lin_v), ref.attn.linears):
+            ref_lin.load_state_dict(lin.state_dict())
+        keys = list(attn.norms)
+        for key, norms in zip(keys, (ref.attn.norm_1, ref.attn.norm_2)):
+            for h, norm in enumerate(norms):
+                norm.weight.copy_(attn.norms[key].weight[h])
+                norm.bias.copy_(attn.norms[key].bias[h])
+        order = []
+        for h in range(heads):  # reference column [pos, t] of head h -> meshop column [t, pos]
+            base = h * (d_k + m)
+            order += [base + d_k + i for i in range(m)] + [base + i for i in range(d_k)]
+        ref.attn.fc.weight.copy_(attn.lin_out.weight[:, order])
+        ref.attn.fc.bias.copy_(attn.lin_out.bias)
+        ref.ffn[0].load_state_dict(ours.ffn[0].state_dict())
+        ref.ffn[2].load_state_dict(ours.ffn[3].state_dict())
+
+
+@pytest.mark.parametrize("attention", ["galerkin", "fourier"])
+def test_galerkin_reference_layer_is_the_authors_formula(attention):
+    """With the same weights, the reference layer equals meshop's encoder layer (the maths of
+    eqs. (4)-(6) with 1/n weights), gradients included."""
+    torch.manual_seed(0)
+    b, n, d, heads = 2, 16, 8, 2
+    ours = GalerkinEncoderLayer(d, 1, attention, heads=heads)
+    with torch.no_grad():
+        for norm in ours.attn.norms.values():
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
+    ref = reference.GalerkinReferenceLayer(d, heads, 1, attention)
+    copy_galerkin_weights(ours, ref)
+    x = torch.randn(b, n, d, requires_grad=True)
+    pos = torch.rand(b, n, 1)
+    out_ref = ref(x, pos)
+    out = ours(x.view(b * n, d), pos.view(b * n, 1), batch_vector(b, n)).view(b, n, d)
+    torch.testing.assert_close(out_ref, out, rtol=1e-5, atol=1e-5)
+    assert_all_close(grads(out_ref, [x]), grads(out, [x]))
+
+
+def test_galerkin_reference_attention_by_hand():
+    torch.manual_seed(0)
+    b, n, d = 2, 10, 4
+    ref = reference.GalerkinReferenceAttention(d, 1, 1, "galerkin")
+    x, pos = torch.randn(b, n, d), torch.rand(b, n, 1)
+    q, k, v = (lin(x) for lin in ref.linears)
+    k, v = ref.norm_1[0](k), ref.norm_2[0](v)
+    q, k, v = (torch.cat([pos, t], -1) for t in (q, k, v))
+    expected = torch.stack([q[i] @ (k[i].T @ v[i]) / n for i in range(b)])
+    torch.testing.assert_close(ref(x, pos), ref.fc(expected))
+
+
+def quantile_by_hand(row: torch.Tensor, q: float) -> torch.Tensor:
+    """Linear interpolation between the sorted values (torch.quantile's default)."""
+    values = sorted(row.tolist())
+    rank = q * (len(values) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (rank - low) * (values[high] - values[low])
+
+
+def test_pit_reference_layer_by_hand():
+    torch.manual_seed(0)
+    b, n_in, n_out, c, heads, q = 2, 30, 7, 3, 2, 0.2
+    layer = reference.PiTReferencePosAtt(heads, q)
+    u, pos_in, pos_out = torch.randn(b, n_in, c), torch.rand(b, n_in, 2), torch.rand(b, n_out, 2)
+    lam = torch.tan(math.pi / 4 * (1 - 1e-7) * (1 + torch.sin(layer.theta.detach())))
+    expected = torch.zeros(b, n_out, heads, c)
+    for i in range(b):
+        for t in range(n_out):
+            dist = ((pos_out[i, t] - pos_in[i]) ** 2).sum(-1)
+            for h in range(heads):
+                scaled = lam[h] * dist
+                keep = scaled <= quantile_by_hand(scaled, q)
+                w = torch.where(keep, torch.exp(-scaled), 0.0)
+                expected[i, t, h] = (w / w.sum()) @ u[i]
+    out = layer(u, pos_in, pos_out).detach()
+    torch.testing.assert_close(out, expected.flatten(-2), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("locality", [1.0, 0.1])
+def test_pit_reference_layer_equals_meshop_with_identity_values(locality):
+    """Every head sees all channels: meshop's layer with W^V = [I; ...; I] is the same operator."""
+    torch.manual_seed(0)
+    b, n, c, heads = 2, 40, 4, 2
+    layer = reference.PiTReferencePosAtt(heads, locality)
+    if locality == 1.0:
+        ours = PositionAttention(c, heads * c, heads)
+    else:
+        ours = LocalPositionAttention(c, heads * c, heads, quantile=locality)
+    with torch.no_grad():
+        ours.lin_v.weight.copy_(torch.eye(c).repeat(heads, 1))
+        ours.theta.copy_(layer.theta)
+    u, pos = torch.randn(b, n, c, requires_grad=True), torch.rand(b, n, 2)
+    out_ref = layer(u, pos, pos)
+    batch = batch_vector(b, n)
+    out = ours(u.reshape(b * n, c), pos.view(b * n, 2), None, batch, batch).view(b, n, -1)
+    torch.testing.assert_close(out_ref, out, rtol=1e-5, atol=1e-5)
+    params_ref, params = [u, layer.theta], [u, ours.theta]
+    assert_all_close(grads(out_ref, params_ref), grads(out, params))
+
+
+def test_pit_reference_model_runs_and_trains():
+    torch.manual_seed(0)
+    model = reference.PiTReference(5, 1, width=8, heads=2, blocks=2)
+    feats, pos, latent = torch.randn(2, 30, 5), torch.rand(2, 30, 2), torch.rand(2, 10, 2)
+    out = model(feats, pos, latent)
+    assert out.shape == (2, 30, 1)
+    out.square().mean().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_linear_attention_reference_by_hand():
+    torch.manual_seed(0)
+    b, n, dim, heads = 2, 12, 8, 2
+    attn = reference.LinearAttentionReference(dim, heads)
+    x = torch.randn(b, n, dim)
+    d = dim // heads
+    q, k, v = attn.to_q(x), attn.to_k(x), attn.to_v(x)
+    parts = []
+    for h in range(heads):
+        cols = slice(h * d, (h + 1) * d)
+        qh = q[..., cols].softmax(-1) * d**-0.5  # over channels
+        kh = k[..., cols].softmax(1)  # over nodes
+        parts.append(qh @ (kh.transpose(1, 2) @ v[..., cols]))
+    torch.testing.assert_close(attn(x), attn.to_out(torch.cat(parts, -1)))
+
+
+def test_ono_reference_whitens_with_the_batch_moment_and_tracks_it():
+    torch.manual_seed(0)
+    block = reference.ONOReferenceBlock(8, 2, psi_dim=3, momentum=0.9)
+    captured = []
+    block.proj.register_forward_hook(lambda mod, inp, out: captured.append(out.detach()))
+    x, fx = torch.randn(2, 50, 8), torch.randn(2, 50, 8)
+    block.train()
+    _, out = block(x, fx)
+    assert out.shape == (2, 50, 8)
+    x_ = captured[0]
+    cov = torch.einsum("blc,bld->cd", x_, x_) / 100
+    torch.testing.assert_close(block.feature_cov, cov)
+    chol = torch.linalg.cholesky(cov)
+    whitened = x_ @ torch.linalg.inv(chol).T
+    moment = torch.einsum("blc,bld->cd", whitened, whitened) / 100
+    torch.testing.assert_close(moment, torch.eye(3), rtol=1e-4, atol=1e-4)
+    block(x * 2, fx)
+    cov2 = torch.einsum("blc,bld->cd", captured[1], captured[1]) / 100
+    torch.testing.assert_close(block.feature_cov, 0.9 * cov + 0.1 * cov2)
+    # evaluation whitens with the running covariance; fx <- (x_ softplus(mu)) (x_^T fx) + fx
+    block.eval()
+    with torch.no_grad():
+        _, out = block(x, fx)
+        psi = captured[2] @ torch.linalg.inv(torch.linalg.cholesky(block.feature_cov)).T
+        mu = torch.nn.functional.softplus(block.mu)
+        expected = (psi * mu) @ (psi.transpose(1, 2) @ fx) + fx
+        torch.testing.assert_close(out, block.mlp2(block.ln_3(expected)))
+
+
+def test_ono_reference_model_shapes():
+    model = reference.ONOReference(3, 1, width=16, layers=2, heads=4, psi_dim=4)
+    out = model(torch.randn(2, 20, 3))
+    assert out.shape == (2, 20, 1)
+
+
+# --- the benchmark script ----------------------------------------------------------------------
+
+
+def test_speed_benchmark_quick_writes_both_implementations(tmp_path, capsys):
+    import speed_vs_reference
+
+    speed_vs_reference.main(
+        [
+            "--quick",
+            "--threads",
+            "1",
+            "--repeats",
+            "1",
+            "--only",
+            "PiT, 150 / 40",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    records = json.loads((tmp_path / "speed_vs_reference.json").read_text())["records"]
+    assert [r["case"] for r in records] == ["PiT, 150 / 40 nodes, batch 2"]
+    for impl in ("meshop", "reference", "dense"):
+        assert records[0][impl]["median_s"] > 0 and records[0][impl]["parameters"] > 0
+    table = (tmp_path / "speed_vs_reference.md").read_text()
+    assert "measured under load" in table and table in capsys.readouterr().out
+
+
+def test_pit_profile_quick_accounts_for_the_whole_step(tmp_path):
+    import profile_pit
+
+    result = profile_pit.profile_case(120, 40, 2, steps=1)
+    assert sum(result["groups_s"].values()) == pytest.approx(result["step_s"])
+    assert result["groups_s"]["position attention (fused SDPA, forward + backward)"] > 0
+    assert result["groups_s"]["neighbour search and edge bookkeeping"] > 0
+    profile_pit.main(["--quick", "--steps", "1", "--out", str(tmp_path)])
+    assert "| where | time per step | share |" in (tmp_path / "pit_profile.md").read_text()
+
+
+# --- neighbour lists kept between calls --------------------------------------------------------
+
+
+def count_searches(monkeypatch):
+    import meshop.nn.local_position_attention as local_module
+
+    calls = []
+    original = local_module.neighbor_index
+
+    def spy(*args, **kwargs):
+        calls.append(len(args[0]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(local_module, "neighbor_index", spy)
+    return calls
+
+
+def mesh_batch(meshes):
+    pos_src = torch.cat([src for src, _ in meshes])
+    pos_dst = torch.cat([dst for _, dst in meshes])
+    batch_src = torch.cat([torch.full((len(s),), i) for i, (s, _) in enumerate(meshes)])
+    batch_dst = torch.cat([torch.full((len(d),), i) for i, (_, d) in enumerate(meshes)])
+    return pos_src, pos_dst, batch_src, batch_dst
+
+
+@pytest.mark.parametrize("field", [{"quantile": 0.1}, {"k": 5}, {"radius": 0.3}])
+def test_neighbour_lists_are_reused_per_sample_across_batches(field, monkeypatch):
+    torch.manual_seed(0)
+    meshes = [(torch.rand(30 + 5 * i, 2), torch.rand(12 + i, 2)) for i in range(4)]
+    layer = LocalPositionAttention(4, 4, 2, **field)
+    fresh = LocalPositionAttention(4, 4, 2, cache_mb=0, **field)
+    calls = count_searches(monkeypatch)
+    layer.neighbors(*mesh_batch(meshes[:2]))
+    layer.neighbors(*mesh_batch(meshes[2:]))
+    assert len(calls) == 2
+    for order in ([3, 0, 2, 1], [1, 2]):  # other batches of the same samples: no search
+        batch = mesh_batch([meshes[i] for i in order])
+        index, dist = layer.neighbors(*batch)
+        expected_index, expected_dist = fresh.neighbors(*batch)
+        assert torch.equal(index, expected_index)
+        torch.testing.assert_close(dist, expected_dist)
+    assert len(calls) == 2 + 2  # only the cache-less layer searched
+    moved = [(meshes[0][0] + 1e-3, meshes[0][1]), meshes[1]]  # positions changed: search again
+    index, _ = layer.neighbors(*mesh_batch(moved))
+    assert len(calls) == 5
+    assert torch.equal(index, fresh.neighbors(*mesh_batch(moved))[0])
+    targets_moved = [(meshes[2][0], meshes[2][1] + 0.05), meshes[3]]
+    index, _ = layer.neighbors(*mesh_batch(targets_moved))
+    assert len(calls) == 7
+    assert torch.equal(index, fresh.neighbors(*mesh_batch(targets_moved))[0])
+
+
+def test_neighbour_cache_keeps_to_its_budget_and_positions_keep_their_gradient():
+    torch.manual_seed(0)
+    layer = LocalPositionAttention(4, 4, 2, k=4, cache_mb=0.01)  # about 10 kB
+    for _ in range(20):
+        layer.neighbors(torch.rand(40, 2), torch.rand(40, 2))
+    assert 0 < layer._cached_bytes <= layer.cache_bytes
+    assert len(layer._cache) < 20
+    pos = torch.rand(40, 2, requires_grad=True)
+    layer.neighbors(pos.detach(), pos.detach())
+    _, dist = layer.neighbors(pos, pos)  # a cache hit, still differentiable in the positions
+    assert dist.requires_grad
+
+
+def test_pit_training_step_searches_no_neighbours_after_the_first(monkeypatch):
+    from meshop.models import PiT
+
+    torch.manual_seed(0)
+    model = PiT(3, 1, 2, width=8, heads=2, blocks=1, encoder_k=4, decoder_quantile=0.2)
+    from meshop.data import from_points, make_loader
+
+    samples = [from_points(torch.rand(20, 2), x=torch.rand(20), y=torch.rand(20)) for _ in range(4)]
+    calls = count_searches(monkeypatch)
+    for epoch in range(2):
+        for batch in make_loader(samples, batch_size=2, shuffle=epoch == 1):
+            model(batch).square().mean().backward()
+    assert len(calls) == 4  # encoder and decoder, two batches, first epoch only
