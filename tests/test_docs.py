@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
@@ -39,6 +40,16 @@ def test_code_blocks_run_alone(page, tmp_path, monkeypatch):
     would: a later block may read a file that an earlier one wrote (a checkpoint)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    threads = torch.get_num_threads()
+    if page.name == "README.md":  # its quoted errors were measured on one thread
+        torch.set_num_threads(1)
+    try:
+        run_blocks_alone(page, tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_blocks_alone(page: Path, tmp_path: Path) -> None:
     for index, block in enumerate(python_blocks(page)):
         out = io.StringIO()
         try:
@@ -69,10 +80,11 @@ def check_readme_quick_start(text: str, printed: list[str]) -> None:
     ]
     if not values:  # another block of the README
         return
-    quoted = re.search(r"printed a test relative L2 of (\d\.\d+)\s+and (\d\.\d+) at the new", text)
+    prose = " ".join(text.split())  # the prose may wrap anywhere
+    quoted = re.search(r"printed a test relative L2 of (\d\.\d+) and (\d\.\d+) at", prose)
     assert quoted, "README: the quick start's quoted errors were not found"
-    # one thread; the error at the new points moved between 0.075 and 0.081 from one process to
-    # another (a fresh interpreter, a pytest worker) on the development machine
+    # one thread and a seeded model; the tolerance covers the rounding of the quoted figures and
+    # the order of floating-point sums between machines
     assert values == pytest.approx([float(quoted[1]), float(quoted[2])], abs=0.01)
 
 
