@@ -6,7 +6,7 @@ import torch
 
 from meshop._pyg import Data, DataLoader
 from meshop.data.neighbors import knn_index
-from meshop.errors import MeshError
+from meshop.errors import ConfigError, MeshError
 
 #: node sets besides ``pos`` that get their own batch vector in a DataLoader batch
 FOLLOW_BATCH = ["latent_pos", "query_pos"]
@@ -130,3 +130,42 @@ def grid_shape_of(data: Data) -> tuple[int, ...]:
             )
         shape = shapes.pop()
     return tuple(int(s) for s in shape)
+
+
+def nodes_with_queries(data: Data, pos_dim: int, in_channels: int, model: str):
+    """The nodes of a model that treats query points as extra nodes of their sample (ONO,
+    Transolver): node features, coordinates, batch and quadrature weights of the mesh nodes
+    followed, within each sample, by the query nodes with zero weight, and the mask of the query
+    nodes (None when the data has no ``query_pos``). Missing weights are ``1 / n`` per sample.
+
+    Raises :class:`ConfigError` when the data's dimension or input channels are not the
+    ``pos_dim`` and ``in_channels`` the ``model`` was built with.
+    """
+    from meshop.nn.galerkin_attention import default_weight
+
+    if data.pos.shape[1] != pos_dim:
+        raise ConfigError(
+            f"the model was built for {pos_dim}D coordinates but the data is {data.pos.shape[1]}D"
+        )
+    features, pos, batch = node_features(data), data.pos, node_batch(data)
+    if features.shape[1] != in_channels:
+        raise ConfigError(
+            f"the model expects {in_channels} input channels (node_features: x, pos, "
+            f"params) but the data has {features.shape[1]}; build {model} with "
+            f"in_channels={features.shape[1]}"
+        )
+    weight = getattr(data, "weight", None)
+    if weight is None:
+        weight = default_weight(len(pos), batch, pos)
+    if getattr(data, "query_pos", None) is None:
+        return features, pos, batch, weight, None
+    query_pos, query_batch = query_nodes(data)
+    order = torch.argsort(torch.cat([batch, query_batch]), stable=True)
+    is_query = torch.cat([torch.zeros_like(batch), torch.ones_like(query_batch)]).bool()
+    return (
+        torch.cat([features, query_features(data)])[order],
+        torch.cat([pos, query_pos])[order],
+        torch.cat([batch, query_batch])[order],
+        torch.cat([weight, weight.new_zeros(len(query_pos))])[order],
+        is_query[order],
+    )

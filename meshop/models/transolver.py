@@ -3,13 +3,11 @@ states (slices of the mesh) instead of among the nodes."""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from meshop._pyg import Data
-from meshop.data.batching import node_batch, node_features, query_features, query_nodes
+from meshop.data.batching import nodes_with_queries
 from meshop.errors import ConfigError
-from meshop.nn.galerkin_attention import default_weight
 from meshop.nn.mlp import MLP
 from meshop.nn.physics_attention import PhysicsAttention
 
@@ -161,35 +159,12 @@ class Transolver(nn.Module):
         return out if is_query is None else out[is_query]
 
     def _nodes(self, data: Data):
-        """Node features, batch and weights of the mesh nodes followed, within each sample, by
-        the query nodes (zero weight), and the mask of the query nodes (None when the data has no
-        ``query_pos``)."""
-        if data.pos.shape[1] != self.pos_dim:
-            raise ConfigError(
-                f"the model was built for {self.pos_dim}D coordinates but the data is "
-                f"{data.pos.shape[1]}D"
-            )
-        features, batch = node_features(data), node_batch(data)
-        if features.shape[1] != self.in_channels:
-            raise ConfigError(
-                f"the model expects {self.in_channels} input channels (node_features: x, pos, "
-                f"params) but the data has {features.shape[1]}; build Transolver with "
-                f"in_channels={features.shape[1]}"
-            )
-        weight = getattr(data, "weight", None)
-        if weight is None:
-            weight = default_weight(len(batch), batch, features)
-        if getattr(data, "query_pos", None) is None:
-            return features, batch, weight, None
-        _, query_batch = query_nodes(data)
-        order = torch.argsort(torch.cat([batch, query_batch]), stable=True)
-        is_query = torch.cat([torch.zeros_like(batch), torch.ones_like(query_batch)]).bool()
-        return (
-            torch.cat([features, query_features(data)])[order],
-            torch.cat([batch, query_batch])[order],
-            torch.cat([weight, weight.new_zeros(len(query_batch))])[order],
-            is_query[order],
+        """Mesh nodes followed by the query nodes (see :func:`meshop.data.nodes_with_queries`);
+        the coordinates are part of the features."""
+        features, _, batch, weight, is_query = nodes_with_queries(
+            data, self.pos_dim, self.in_channels, "Transolver"
         )
+        return features, batch, weight, is_query
 
     def extra_repr(self) -> str:
         c = self.config
