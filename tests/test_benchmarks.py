@@ -13,14 +13,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 # the scripts import each other by name, and the processes they measure in import them too
 sys.path.insert(0, str(BENCHMARKS))
 
-SCRIPTS = [
-    "position_attention",
-    "local_attention",
-    "models",
-    "linear_attention",
-    "neighbors",
-    "transolver",
-]
+#: the speed and memory scripts that ``run_all.py`` runs
+SCRIPTS = importlib.import_module("run_all").SCRIPTS
 
 
 def script(name):
