@@ -95,11 +95,11 @@ def test_dense_quantile_mask_keeps_the_quantile_of_every_row():
 
 
 def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path, monkeypatch):
+    """Two runs side by side (--jobs 2, one process each) after the data is generated once."""
     monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
     runs, out = str(tmp_path / "runs"), str(tmp_path)
-    script("accuracy").main(
-        ["--quick", "--datasets", "darcy", "--models", "pit,mlp", "--runs", runs, "--out", out]
-    )
+    args = ["--quick", "--datasets", "darcy", "--models", "pit,mlp", "--runs", runs, "--out", out]
+    script("accuracy").main([*args, "--jobs", "2"])
     records = json.loads((tmp_path / "accuracy.json").read_text())["records"]
     assert [r["model"] for r in records] == ["pit", "mlp"]
     for record in records:
@@ -156,13 +156,44 @@ def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkey
     )
     mlp = records["darcy-mesh", "mlp"]
     assert 0 < mlp["test_rel_l2"] < 10
-    assert mlp["rerun"]["date"] != "then" and "1 epochs" not in mlp["rerun"]["why"]
-    assert mlp["rerun"]["command"] and "budget: 0 min of training" in mlp["rerun"]["why"]
+    assert mlp["rerun"]["date"] != "then"
+    assert mlp["rerun"]["command"] and "budget: 1 epochs" in mlp["rerun"]["why"]
     assert list(mlp["refinement"]) == ["0", "1", "2"]  # training meshes, 2x and 4x finer
     assert mlp["refinement"]["0"] == mlp["test_rel_l2"]
     tables = (tmp_path / "accuracy.md").read_text()
     assert "Darcy-mesh 2x / 4x finer (zero-shot)" in tables
     assert "darcy-mesh zero-shot" in tables and "The MLP baseline row was measured" in tables
+
+
+def test_accuracy_update_of_every_row_takes_the_new_header(tmp_path):
+    accuracy = script("accuracy")
+    old = {
+        "machine": {"date": "then", "budget": "2 min"},
+        "records": [{"dataset": "d", "model": "m"}],
+    }
+    path = tmp_path / "accuracy.json"
+    path.write_text(json.dumps(old))
+    new = {"date": "now", "command": "c", "budget": "epochs", "threads": 1}
+    info, records = accuracy.merged(path, new, [{"dataset": "d", "model": "m", "x": 1}], "")
+    assert info["date"] == "now" and records == [{"dataset": "d", "model": "m", "x": 1}]
+    info, records = accuracy.merged(path, new, [{"dataset": "e", "model": "m"}], "")
+    assert info["date"] == "then" and len(records) == 2 and "rerun" in records[1]
+
+
+def test_accuracy_epoch_budget_covers_every_pair_of_the_table():
+    from meshop.datasets.registry import dataset_entry
+
+    accuracy = script("accuracy")
+    pairs = {
+        (d, m) for d in accuracy.DATASETS for m in accuracy.MODELS if m in dataset_entry(d).models
+    }
+    assert pairs <= set(accuracy.EPOCHS)
+    args = accuracy.parse_args([])
+    assert (
+        accuracy.epochs_in_budget("elasticity", "pit", args)[0]
+        == accuracy.EPOCHS["elasticity", "pit"]
+    )
+    assert "EPOCHS" in accuracy.budget(args)
 
 
 def test_super_resolution_grids_sample_the_same_fine_fields():

@@ -1,0 +1,158 @@
+"""Preset tuning: train one (dataset, model) pair with settings over its preset, for a fixed number
+of epochs (seeded, so that a trial reruns exactly), and append what was tried and what it gave to
+``benchmarks/results/tuning.jsonl``; ``--table`` prints every trial as Markdown tables.
+
+    python benchmarks/tune.py elasticity pit --epochs 30 --set train.batch_size=4 \
+        --set model.width=96
+    python benchmarks/tune.py --table > benchmarks/results/tuning.md
+
+Values after ``=`` are read as JSON where they parse (numbers, lists, true/false), else as text.
+The sizes of the splits are those of the accuracy table (:data:`accuracy.DATASETS`) unless set
+with ``--set dataset.num_train=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from accuracy import DATASETS, NAMES
+from common import RESULTS, machine, markdown_table
+
+LOG = RESULTS / "tuning.jsonl"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", nargs="?")
+    parser.add_argument("model", nargs="?")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PART.KEY=VALUE",
+        help="a setting over the preset; PART is train, model or dataset",
+    )
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--runs", type=Path, default=Path("runs/tuning"))
+    parser.add_argument("--log", type=Path, default=LOG)
+    parser.add_argument("--table", action="store_true", help="print the trials of --log")
+    return parser.parse_args(argv)
+
+
+def settings(pairs: list[str]) -> dict[str, dict]:
+    """``["train.lr=3e-3", "model.width=32"]`` -> ``{"train": {"lr": 0.003}, ...}``."""
+    out: dict[str, dict] = {"train": {}, "model": {}, "dataset": {}}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        part, dot, name = key.partition(".")
+        if not sep or not dot or part not in out or not name:
+            raise SystemExit(
+                f"--set {pair!r}: write PART.KEY=VALUE with PART one of train, model, dataset "
+                "(e.g. --set train.batch_size=4)"
+            )
+        try:
+            out[part][name] = json.loads(value)
+        except json.JSONDecodeError:
+            out[part][name] = value
+    return out
+
+
+def trial(args) -> dict:
+    import torch
+
+    from meshop.train import load_model
+    from meshop.train.config import RunConfig
+    from meshop.train.run import train_run
+
+    torch.set_num_threads(args.threads)
+    chosen = settings(args.set)
+    name = "-".join([args.dataset, args.model, *(s.replace("/", "_") for s in args.set)])
+    out = args.runs / name[:120]
+    run = RunConfig(
+        dataset=args.dataset,
+        model=args.model,
+        out=str(out),
+        data_dir=args.data_dir,
+        train={
+            **chosen["train"],
+            "epochs": args.epochs,
+            "seed": args.seed,
+            "progress": False,
+            "device": "cpu",
+        },
+        model_args=chosen["model"],
+        dataset_args={
+            **DATASETS[args.dataset],
+            **chosen["dataset"],
+            "seed": args.seed,
+            "progress": False,
+        },
+    )
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    metrics = train_run(run, figures=False, log=lambda *_: None)
+    net, ckpt = load_model(out)
+    history = ckpt["history"]
+    return {
+        "dataset": args.dataset,
+        "model": args.model,
+        "epochs": args.epochs,
+        "settings": args.set,
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "test_rel_l2": metrics["test_rel_l2"],
+        "train_loss": history[-1].get("train_loss"),
+        "train_seconds": sum(h["epoch_seconds"] for h in history),
+        "wall_seconds": time.perf_counter() - start,
+        "load_average": load,
+        "date": machine()["date"],
+        "threads": args.threads,
+        "seed": args.seed,
+    }
+
+
+def table(path: Path) -> str:
+    trials = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    parts = []
+    for dataset, model in dict.fromkeys((t["dataset"], t["model"]) for t in trials):
+        rows = [
+            [
+                ", ".join(t["settings"]) or "preset",
+                t["epochs"],
+                f"{t['parameters']:,}",
+                f"{t['test_rel_l2']:.4f}",
+                f"{t['train_seconds']:.0f} s",
+                f"{t['load_average']:.1f}",
+            ]
+            for t in trials
+            if (t["dataset"], t["model"]) == (dataset, model)
+        ]
+        headers = ["settings over the preset", "epochs", "parameters", "test rel. L2"]
+        headers += ["training", "load"]
+        parts += [f"## {NAMES.get(model, model)} on {dataset}", "", markdown_table(headers, rows)]
+        parts.append("")
+    return "\n".join(parts)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.table:
+        print(table(args.log))
+        return
+    if not args.dataset or not args.model:
+        raise SystemExit("give a dataset and a model, or --table")
+    record = trial(args)
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    with args.log.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()
