@@ -25,7 +25,7 @@ finished process, exact), and the peak of the proportional set size summed over 
 DataLoader workers (``Pss`` of ``/proc/PID/smaps_rollup``, shared pages divided among the processes
 that share them; sampled every 0.2 s, so a shorter spike may be missed).
 
-    python benchmarks/folder_memory.py              # 2 GB folder (about 15 minutes on one core)
+    python benchmarks/folder_memory.py              # 2 GB folder (22 minutes on 2 busy cores)
     python benchmarks/folder_memory.py --quick      # smoke test: a few small files
 
 The folder is written under ``--scratch`` (default ``datasets/folder_memory``, ignored by git) and

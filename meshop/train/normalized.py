@@ -49,7 +49,7 @@ def fit_normalizers(
     ``samples`` (the train split).
 
     The samples are streamed: each is visited once (a dataset by index, in order) and only the
-    per-channel sums of the fields are kept (:class:`~meshop.data.normalizers.RunningMoments`), so a
+    per-channel sums of the fields are kept (:class:`~meshop.data.RunningMoments`), so a
     dataset that reads its samples from files on access (:class:`~meshop.datasets.MeshFolder`) is
     never held in memory; the statistics are those of all the samples at once. A field is skipped
     when it is absent from the samples or its flag is False.
