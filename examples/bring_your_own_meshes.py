@@ -8,7 +8,10 @@ case with the point fields ``f`` (input) and ``u`` (target). Then it
 1. loads the folder as a dataset (:class:`meshop.datasets.MeshFolder`, any meshio format works),
 2. trains PiT on it (checkpoint in ``OUT/run``),
 3. predicts for a new simulation file at its nodes and on a regular grid of query points that
-   covers the cavity and reaches outside the cell (extrapolation: no accuracy promised there),
+   covers the cavity and reaches outside the cell (extrapolation: no accuracy promised there); the
+   new case is the same Poisson problem on the committed sample mesh
+   ``datasets/meshes/elasticity_2d.msh`` (a unit cell with a cavity, meshed by meshop's elasticity
+   generator),
 4. writes ``OUT/prediction_nodes.vtu`` and ``OUT/prediction_grid.vtu`` for ParaView.
 
 Run ``python examples/bring_your_own_meshes.py`` (about two minutes on 2 CPU cores) or with
@@ -36,10 +39,16 @@ from meshop.datasets.mesh_folder import MeshFolder
 from meshop.models import PiT
 from meshop.train import TrainConfig, Trainer, predict_file, seed_everything
 
+SAMPLE = Path(__file__).resolve().parents[1] / "datasets" / "meshes" / "elasticity_2d.msh"
 
-def simulate(path: Path, rng: np.random.Generator, max_area: float) -> None:
-    """One 'simulation output': -Laplace(u) = f on a cell with a random cavity, as a .vtu file."""
-    points, triangles = cell_mesh(random_cavity(rng), max_area=max_area)
+
+def simulate(path: Path, rng: np.random.Generator, max_area: float, mesh=None) -> None:
+    """One 'simulation output': -Laplace(u) = f on a cell with a random cavity (or on the cell of
+    ``mesh``, a meshio mesh), as a .vtu file."""
+    if mesh is None:
+        points, triangles = cell_mesh(random_cavity(rng), max_area=max_area)
+    else:
+        points, triangles = mesh.points[:, :2].copy(), mesh.get_cells_type("triangle")
     centres, widths = rng.uniform(0.1, 0.9, (3, 2)), rng.uniform(0.05, 0.2, 3)
     amplitudes = rng.normal(0.0, 10.0, 3)
 
@@ -88,9 +97,10 @@ def main(argv=None) -> dict:
     folder = out / "meshes"
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
-    for i in range(cases + 1):
-        path = folder / f"case_{i:03d}.vtu" if i < cases else out / "new_case.vtu"
-        simulate(path, rng, max_area)
+    for i in range(cases):
+        simulate(folder / f"case_{i:03d}.vtu", rng, max_area)
+    # the new case: the cell of a sample mesh shipped with meshop, with its own source field
+    simulate(out / "new_case.vtu", rng, max_area, mesh=meshio.read(SAMPLE))
 
     # 1. the folder as a dataset: 80 % train, 20 % test, fields picked by name
     train_set = MeshFolder(folder, inputs=["f"], targets=["u"], split="train", progress=False)

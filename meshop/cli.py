@@ -63,6 +63,7 @@ TRAIN_FLAGS = {
     "seed": int,
     "eval_every": int,
     "latent_points": int,
+    "num_workers": int,
     "device": str,
 }
 

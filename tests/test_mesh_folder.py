@@ -9,7 +9,7 @@ import torch
 
 from meshop.data import make_loader
 from meshop.datasets import MeshFolder
-from meshop.errors import FieldError, MeshError, MeshReadError
+from meshop.errors import ConfigError, FieldError, MeshError, MeshReadError
 
 
 def square_mesh(n: int, shift: float = 0.0) -> meshio.Mesh:
@@ -62,22 +62,62 @@ def test_train_and_test_splits_partition_the_files_by_seed(folder):
     assert len(other) == 2
 
 
-def test_second_construction_reads_the_cache_until_the_folder_changes(folder, monkeypatch):
-    first = MeshFolder(folder, targets="vm", split="all", progress=False)
-    import meshop.datasets.mesh_folder as module
+class CountingReads:
+    """``read_meshio`` that counts the files it reads."""
 
-    def no_reading(*args, **kwargs):
-        raise AssertionError("cached files must not be read again")
+    def __init__(self, monkeypatch):
+        import meshop.datasets.mesh_folder as module
 
-    monkeypatch.setattr(module, "read_meshio", no_reading)
-    cached = MeshFolder(folder, targets="vm", split="all", progress=False)
-    torch.testing.assert_close(cached[4].y, first[4].y)
-    monkeypatch.undo()
+        self.read = module.read_meshio
+        self.files: list[str] = []
+        monkeypatch.setattr(module, "read_meshio", self)
 
+    def __call__(self, path, *args, **kwargs):
+        self.files.append(os.path.basename(path))
+        return self.read(path, *args, **kwargs)
+
+
+def test_files_are_read_when_accessed_not_when_the_dataset_is_built(folder, monkeypatch):
+    reads = CountingReads(monkeypatch)
+    ds = MeshFolder(folder, targets="vm", split="all", progress=False)
+    assert reads.files == ["run_0.vtu"]  # the first file only: the fields' layout
+    assert len(ds) == 5 and ds.input_fields == [] and ds.target_fields == [("vm", 1)]
+    assert reads.files == ["run_0.vtu"]
+    data = ds[3]
+    assert data.num_nodes == 36 and data.sample_id.item() == 3
+    assert reads.files == ["run_0.vtu", "run_3.vtu"]
+    ds[3]
+    assert reads.files[-1] == "run_3.vtu" and len(reads.files) == 3  # no cache: read again
+    MeshFolder(folder, targets="vm", split="train", progress=False)
+    assert len(reads.files) == 4  # building a split reads one file too
+
+
+def test_a_small_cache_keeps_the_most_recently_used_samples(folder, monkeypatch):
+    reads = CountingReads(monkeypatch)
+    ds = MeshFolder(folder, targets="vm", split="all", cache_size=2, progress=False)
+    for i in (1, 2, 1, 3, 1, 2):
+        ds[i]
+    # 1, 2 read; 1 from the cache; 3 evicts 2 (the least recently used); 1 cached; 2 read again
+    assert reads.files[1:] == ["run_1.vtu", "run_2.vtu", "run_3.vtu", "run_2.vtu"]
+    assert len(ds._cache) == 2
+    with pytest.raises(ConfigError, match="cache_size"):
+        MeshFolder(folder, targets="vm", cache_size=-1)
+
+
+def test_a_modified_file_is_read_afresh(folder):
+    ds = MeshFolder(folder, targets="vm", split="all", progress=False)
     meshio.write(folder / "run_1.vtu", square_mesh(3, shift=10.0))
-    os.utime(folder / "run_1.vtu", ns=(1, 1))  # a new mtime even on coarse-clock filesystems
-    changed = MeshFolder(folder, targets="vm", split="all", progress=False)
-    torch.testing.assert_close(changed[1].y[:, 0], (changed[1].pos[:, 0] + 10.0) ** 2)
+    torch.testing.assert_close(ds[1].y[:, 0], (ds[1].pos[:, 0] + 10.0) ** 2)
+
+
+def test_dataloader_workers_read_the_same_samples(folder):
+    ds = MeshFolder(folder, inputs="load", targets=["u", "vm"], split="all", progress=False)
+    serial = list(make_loader(ds, batch_size=2))
+    parallel = list(make_loader(ds, batch_size=2, num_workers=2))
+    assert len(serial) == len(parallel) == 3
+    for a, b in zip(serial, parallel):
+        torch.testing.assert_close(a.y, b.y)
+        assert a.sample_id.tolist() == b.sample_id.tolist()
 
 
 def test_pattern_selects_other_formats(tmp_path):
@@ -108,10 +148,11 @@ def test_mixed_dimensions_across_files_are_rejected(tmp_path):
         points, [("tetra", np.array([[0, 1, 2, 3]]))], point_data={"vm": np.ones(4)}
     )
     meshio.write(tmp_path / "b_solid.vtu", solid)
+    ds = MeshFolder(tmp_path, targets="vm", split="all", progress=False)
     with pytest.raises(
         MeshError, match=r"mixed dimensions: 'b_solid\.vtu' is 3D but 'a_plate\.vtu' is 2D"
     ):
-        MeshFolder(tmp_path, targets="vm", progress=False)
+        ds[1]  # checked when the file is read
 
 
 def test_a_field_with_different_components_across_files_is_rejected(tmp_path):
@@ -119,7 +160,8 @@ def test_a_field_with_different_components_across_files_is_rejected(tmp_path):
     other = square_mesh(3)
     other.point_data["vm"] = np.ones((9, 3))
     meshio.write(tmp_path / "b.vtu", other)
+    ds = MeshFolder(tmp_path, targets=["u", "vm"], split="all", progress=False)
     with pytest.raises(
         FieldError, match=r"field 'vm' has 3 components in 'b\.vtu' but 1 in 'a\.vtu'"
     ):
-        MeshFolder(tmp_path, targets=["u", "vm"], progress=False)
+        list(ds)

@@ -41,13 +41,14 @@ from meshop.data.neighbors import (
     radius_index,
     squared_distance,
 )
-from meshop.data.normalizers import GaussianNormalizer
+from meshop.data.normalizers import GaussianNormalizer, RunningMoments
 from meshop.data.weights import cell_measures, knn_weights, lumped_mass_weights
 
 __all__ = [
     "FOLLOW_BATCH",
     "GROUP_PREFIX",
     "GaussianNormalizer",
+    "RunningMoments",
     "add_latent_mesh",
     "cell_measures",
     "coarse_shape",

@@ -10,6 +10,37 @@ from torch import nn
 from meshop.errors import ConfigError
 
 
+class RunningMoments:
+    r"""Per-channel sums :math:`\sum u`, :math:`\sum u^2` and the row count, accumulated in
+    float64 chunk by chunk, so that a normaliser is fitted on data that never sit in memory at
+    once (one sample after the other). The result is exact, not an approximation: the same sums
+    as over all rows at once, so the same mean and std.
+
+    Args:
+        channels: number of channels C.
+    """
+
+    def __init__(self, channels: int):
+        self.channels = channels
+        self.total = torch.zeros(channels, dtype=torch.float64)
+        self.total_sq = torch.zeros(channels, dtype=torch.float64)
+        self.count = 0
+
+    def update(self, chunk: torch.Tensor) -> None:
+        """Add the rows of ``chunk`` [..., C]."""
+        chunk = chunk.detach().reshape(-1, chunk.shape[-1]).to(torch.float64).cpu()
+        if chunk.shape[1] != self.channels:
+            raise ConfigError(f"normaliser has {self.channels} channels, data has {chunk.shape[1]}")
+        self.total += chunk.sum(0)
+        self.total_sq += chunk.pow(2).sum(0)
+        self.count += len(chunk)
+
+    def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and (population) variance per channel, float64."""
+        mean = self.total / self.count
+        return mean, (self.total_sq / self.count - mean.pow(2)).clamp(min=0.0)
+
+
 class GaussianNormalizer(nn.Module):
     r"""Per-channel standardisation :math:`\hat u = (u - \mu) / (\sigma + \epsilon)`.
 
@@ -34,24 +65,22 @@ class GaussianNormalizer(nn.Module):
         self.register_buffer("fitted", torch.tensor(False))
 
     def fit(self, fields: torch.Tensor | Iterable[torch.Tensor]) -> GaussianNormalizer:
-        """Fit mean and std over all rows of a tensor [N, C] or of an iterable of such tensors."""
-        chunks = [fields] if torch.is_tensor(fields) else list(fields)
-        if not chunks:
+        """Fit mean and std over all rows of a tensor [N, C] or of an iterable of such tensors
+        (streamed: a generator of chunks is read once and no chunk is kept)."""
+        moments = RunningMoments(self.channels)
+        for chunk in [fields] if torch.is_tensor(fields) else fields:
+            moments.update(chunk)
+        return self.fit_moments(moments)
+
+    def fit_moments(self, moments: RunningMoments) -> GaussianNormalizer:
+        """Set mean and std from accumulated sums (:class:`RunningMoments`)."""
+        if moments.count == 0:
             raise ConfigError("cannot fit a normaliser on no data")
-        total = torch.zeros(self.channels, dtype=torch.float64)
-        total_sq = torch.zeros(self.channels, dtype=torch.float64)
-        count = 0
-        for chunk in chunks:
-            chunk = chunk.detach().reshape(-1, chunk.shape[-1]).to(torch.float64).cpu()
-            if chunk.shape[1] != self.channels:
-                raise ConfigError(
-                    f"normaliser has {self.channels} channels, data has {chunk.shape[1]}"
-                )
-            total += chunk.sum(0)
-            total_sq += chunk.pow(2).sum(0)
-            count += len(chunk)
-        mean = total / count
-        var = (total_sq / count - mean.pow(2)).clamp(min=0.0)
+        if moments.channels != self.channels:
+            raise ConfigError(
+                f"normaliser has {self.channels} channels, the moments {moments.channels}"
+            )
+        mean, var = moments.mean_var()
         self.mean.copy_(mean.to(self.mean.dtype))
         self.std.copy_(var.sqrt().to(self.std.dtype))
         self.fitted.fill_(True)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch.utils.data import Dataset as TorchDataset
 
 from meshop._pyg import Data
 from meshop.data import add_latent_mesh, node_features
 from meshop.errors import FieldError, MeshError
+
+try:
+    from torch_geometric.data import InMemoryDataset
+except ImportError:  # pragma: no cover
+    raise
 
 
 @dataclass(frozen=True)
@@ -43,9 +49,54 @@ class LatentMesh:
         )
 
 
-def prepare(samples: Iterable[Data], latent: LatentMesh | None = None) -> list[Data]:
-    """The samples as a list, each with its latent mesh computed once (not on every epoch)."""
+def prepare(samples: Iterable[Data], latent: LatentMesh | None = None) -> Sequence[Data]:
+    """The samples with their latent meshes, for training or evaluation.
+
+    Samples held in memory (a list, a PyG ``InMemoryDataset``) become a list, each with its latent
+    mesh computed once (not on every epoch). A dataset that reads its samples on access (a PyG
+    ``Dataset`` such as :class:`~meshop.datasets.MeshFolder`, any ``torch.utils.data.Dataset``)
+    stays lazy: a :class:`PreparedSamples` view that reads sample ``i`` and gives it its latent mesh
+    (seeded, so always the same one) when it is asked for, so memory holds the samples in use, not
+    the dataset.
+    """
+    if is_lazy(samples):
+        return PreparedSamples(samples, latent)
     return [latent(s) if latent is not None else s for s in samples]
+
+
+def is_lazy(samples) -> bool:
+    """Whether ``samples`` is a dataset that reads its samples on access (not held in memory)."""
+    return isinstance(samples, TorchDataset) and not isinstance(samples, InMemoryDataset)
+
+
+class PreparedSamples(Sequence):
+    """A lazy dataset seen through a :class:`LatentMesh`: ``view[i] = latent(dataset[i])``, made
+    when asked for. Picklable (DataLoader workers get a copy) if the dataset is."""
+
+    def __init__(self, dataset, latent: LatentMesh | None = None):
+        self.dataset = dataset
+        self.latent = latent
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Data:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"sample {index} of {len(self)}")
+        data = self.dataset[int(index)]
+        return self.latent(data) if self.latent is not None else data
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __getattr__(self, name: str):
+        # field layouts and names (input_fields, target_names, ...) are the dataset's
+        if name in ("dataset", "latent"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __repr__(self) -> str:
+        return f"PreparedSamples({self.dataset!r}, {self.latent!r})"
 
 
 def describe(sample: Data) -> dict:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import nn
 
 from meshop._pyg import Data
 from meshop.data import GaussianNormalizer
+from meshop.data.normalizers import RunningMoments
 
 #: node sets whose coordinates the position normaliser maps (all with the same map)
 POSITION_KEYS = ("pos", "latent_pos", "query_pos")
@@ -26,8 +27,8 @@ class PositionNormalizer(GaussianNormalizer):
         input/output: [N, dim]
     """
 
-    def fit(self, fields) -> PositionNormalizer:
-        super().fit(fields)
+    def fit_moments(self, moments: RunningMoments) -> PositionNormalizer:
+        super().fit_moments(moments)
         self.std.fill_(float(self.std.pow(2).mean().sqrt()))
         return self
 
@@ -47,15 +48,39 @@ def fit_normalizers(
     """Normalisers of ``x``, ``y``, ``params`` (per channel) and ``pos`` (isotropic) fitted on
     ``samples`` (the train split).
 
-    A field is skipped when it is absent from the samples or its flag is False.
+    The samples are streamed: each is visited once (a dataset by index, in order) and only the
+    per-channel sums of the fields are kept (:class:`~meshop.data.RunningMoments`), so a
+    dataset that reads its samples from files on access (:class:`~meshop.datasets.MeshFolder`) is
+    never held in memory; the statistics are those of all the samples at once. A field is skipped
+    when it is absent from the samples or its flag is False.
     """
-    samples = list(samples)
-    normalizers = {}
-    for key, wanted in (("x", x), ("y", y), ("params", params), ("pos", pos)):
-        fields = [getattr(s, key) for s in samples if getattr(s, key, None) is not None]
-        if wanted and fields:
-            normalizers[key] = make_normalizer(key, fields[0].shape[-1]).fit(fields)
-    return normalizers
+    wanted = [key for key, flag in (("x", x), ("y", y), ("params", params), ("pos", pos)) if flag]
+    moments: dict[str, RunningMoments] = {}
+    for sample in _each(samples):
+        field = None
+        for key in wanted:
+            field = getattr(sample, key, None)
+            if field is None:
+                continue
+            if key not in moments:
+                moments[key] = RunningMoments(field.shape[-1])
+            moments[key].update(field)
+        del sample, field  # released before the next sample is read
+    return {
+        key: make_normalizer(key, moments[key].channels).fit_moments(moments[key])
+        for key in wanted
+        if key in moments
+    }
+
+
+def _each(samples: Iterable[Data]) -> Iterator[Data]:
+    """The samples one at a time: by index when ``samples`` has a length (a dataset), else by
+    iteration."""
+    if hasattr(samples, "__len__") and hasattr(samples, "__getitem__"):
+        for i in range(len(samples)):
+            yield samples[i]
+    else:
+        yield from samples
 
 
 class NormalizedModel(nn.Module):

@@ -16,7 +16,7 @@ from meshop.errors import ConfigError
 from meshop.models.registry import build_model, model_entry
 from meshop.train.checkpoint import load_model
 from meshop.train.config import RunConfig
-from meshop.train.data import check_compatible, describe, field_meta
+from meshop.train.data import check_compatible, describe, field_meta, prepare
 from meshop.train.distributed import barrier, setup
 from meshop.train.inference import latent_of
 from meshop.train.metrics import per_sample_errors, summarize
@@ -128,8 +128,8 @@ def evaluate_run(
         raise ConfigError("the test split is empty; check the dataset's size options")
     check_compatible(test_set[0], ckpt["data"], "the test data")
     latent = latent_of(ckpt)
-    errors = per_sample_errors(model, [latent(d) for d in test_set], batch_size)
-    nodes = sum(int(d.pos.shape[0]) for d in test_set) / len(test_set)
+    errors = per_sample_errors(model, prepare(test_set, latent), batch_size)  # lazy stays lazy
+    nodes = sum(int(test_set[i].pos.shape[0]) for i in range(len(test_set))) / len(test_set)
     return {"samples": len(errors), **summarize(errors), "mean_nodes": nodes}
 
 

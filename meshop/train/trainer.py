@@ -22,7 +22,7 @@ from meshop.data import make_loader, num_samples, query_nodes
 from meshop.errors import ConfigError
 from meshop.train import checkpoint as ckpt_io
 from meshop.train.config import TrainConfig
-from meshop.train.data import LatentMesh, describe, field_meta, prepare
+from meshop.train.data import LatentMesh, describe, field_meta, is_lazy, prepare
 from meshop.train.distributed import DistContext, all_gather_objects, all_reduce_sum, barrier, setup
 from meshop.train.losses import relative_h1, relative_lp
 from meshop.train.metrics import MetricsLog, per_sample_errors, summarize
@@ -84,6 +84,12 @@ class Trainer:
     Normalisers for ``x``, ``y`` and ``params`` are fitted on the training split and stored with the
     model (:class:`~meshop.train.normalized.NormalizedModel`).
 
+    A dataset that reads its samples on access (:class:`~meshop.datasets.MeshFolder`, any PyG
+    ``Dataset`` that is not an ``InMemoryDataset``) is never held whole: the normalisers are
+    fitted by streaming over it once, and each epoch reads the samples of its batches (with
+    ``num_workers`` DataLoader workers reading ahead), so memory holds a few batches, not the
+    folder. Lists and in-memory datasets are kept as lists with their latent meshes computed once.
+
     Args:
         model: a meshop model, ``model(batch) -> [N_query, C_out]``, with a ``config`` dict.
         train_set: a sequence of ``Data`` with targets ``y``.
@@ -127,8 +133,14 @@ class Trainer:
                 "the model has a periodic box in data units, which normalize_pos would rescale; "
                 "train it with normalize_pos = false"
             )
+        # streamed over the training samples, one at a time: a lazy dataset is read once, without
+        # computing latent meshes that the statistics do not need
         normalizers = fit_normalizers(
-            self.train_set, c.normalize_x, c.normalize_y, c.normalize_params, c.normalize_pos
+            train_set if is_lazy(train_set) else self.train_set,
+            c.normalize_x,
+            c.normalize_y,
+            c.normalize_params,
+            c.normalize_pos,
         )
         self.model = NormalizedModel(model, normalizers).to(self.ctx.device)
         self.history: list[dict[str, Any]] = []
