@@ -148,6 +148,39 @@ def test_equal_size_path_equals_padded_path(cls, weights, monkeypatch):
     assert_all_close(grads(fast, params), grads(padded, params))
 
 
+@pytest.mark.parametrize("weights", ["uniform", "varying"])
+@pytest.mark.parametrize("sizes", [(20, 20, 20), (7, 20, 13)])
+def test_fourier_attention_in_linear_order_equals_the_n_by_n_kernel(weights, sizes, monkeypatch):
+    """Q (K^T W V) equals the paper's (Q K^T) W V, gradients included: the n x n form runs when
+    kernel dropout is on in training, here with dropout replaced by the identity."""
+    torch.manual_seed(0)
+    n, d = sum(sizes), 8
+    layer = FourierAttention(d, 2, heads=2, dropout=0.5)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(n, d, requires_grad=True)
+    pos = torch.rand(n, 2)
+    batch = torch.cat([torch.full((s,), i) for i, s in enumerate(sizes)])
+    weight = torch.full((n,), 0.37) if weights == "uniform" else torch.rand(n) + 0.1
+    params = [x, *layer.parameters()]
+    linear = layer.eval()(x, pos, batch, weight)
+    kernels = []
+    original_matmul = torch.Tensor.__matmul__
+
+    def spy(a, b):
+        out = original_matmul(a, b)
+        kernels.append(out.shape[-1] == out.shape[-2] == max(sizes))
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", spy)
+    monkeypatch.setattr(galerkin_module.F, "dropout", lambda t, p, training: t)
+    kernel = layer.train()(x, pos, batch, weight)
+    assert any(kernels)  # the n x n kernel was built
+    torch.testing.assert_close(linear, kernel, rtol=1e-5, atol=1e-6)
+    assert_all_close(grads(linear, params), grads(kernel, params))
+
+
 def test_equal_size_path_is_taken(monkeypatch):
     calls = []
     original = galerkin_module.HeadAttention._forward_equal

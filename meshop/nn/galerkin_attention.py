@@ -251,7 +251,7 @@ class GalerkinAttention(HeadAttention):
 
 
 class FourierAttention(HeadAttention):
-    r"""Fourier-type attention (Galerkin Transformer eq. (5)), quadratic in the number of nodes.
+    r"""Fourier-type attention (Galerkin Transformer eq. (5)), computed at linear cost in the nodes.
 
     .. math::
         \mathbf{z}_i = \sum_{j} w_j\, \big(\mathrm{Ln}(Q_i) \cdot \mathrm{Ln}(K_j)\big)\, V_j
@@ -259,8 +259,13 @@ class FourierAttention(HeadAttention):
 
     i.e. :math:`(\tilde Q \tilde K^\top) V / n` with the :math:`1/n` read as quadrature weights
     :math:`w_j`: a Nyström discretisation of an integral transform with the learned kernel
-    :math:`\kappa(x, \xi) = \zeta_q(x) \cdot \phi_k(\xi)`. Attention dropout acts on the kernel
-    matrix. Multi-head frame, coordinates, diagonal initialization and arguments:
+    :math:`\kappa(x, \xi) = \zeta_q(x) \cdot \phi_k(\xi)`. Without softmax the product is
+    associative, :math:`(\tilde Q \tilde K^\top) W V = \tilde Q (\tilde K^\top W V)`, so the
+    layer forms the :math:`e \times e` matrix first and costs :math:`O(n e^2)` like
+    :class:`GalerkinAttention` (the same numbers up to rounding; the layer norms still sit on
+    :math:`Q` and :math:`K`). Only attention dropout in training, which acts on the entries of the
+    :math:`n \times n` kernel matrix, needs that matrix: then it is built, at
+    :math:`O(n^2 e)`. Multi-head frame, coordinates, diagonal initialization and arguments:
     :class:`HeadAttention`.
 
     Shapes:
@@ -271,6 +276,8 @@ class FourierAttention(HeadAttention):
     normalized = ("q", "k")
 
     def attend(self, q, k, v, weight, mask):
+        if not (self.training and self.dropout > 0):  # (Q K^T) W V = Q (K^T W V): linear in n
+            return q @ weighted_moment(k, v, weight)
         if weight.shape[-1] == 1:  # equal weights: scale the n x e keys, not the n x n kernel
             kernel = q @ (k * weight[:, None, :, None]).transpose(-2, -1)
         else:
