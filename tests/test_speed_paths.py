@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import meshop.nn.galerkin_attention as galerkin_module
+import meshop.nn.orthogonal_attention as orthogonal_module
 from meshop.data.neighbors import equal_sizes, sample_slices
 from meshop.nn import (
     FourierAttention,
@@ -18,6 +19,7 @@ from meshop.nn import (
     GalerkinEncoderLayer,
     LinearAttention,
     LocalPositionAttention,
+    OrthogonalAttention,
     PositionAttention,
     SoftmaxAttention,
 )
@@ -194,6 +196,71 @@ def test_equal_size_path_is_taken(monkeypatch):
     layer(torch.randn(12, 8), torch.rand(12, 1), batch_vector(3, 4))
     layer(torch.randn(7, 8), torch.rand(7, 1), torch.tensor([0, 0, 0, 1, 1, 1, 1]))
     assert calls == [3]  # the mixed batch took the padded path
+
+
+# --- orthogonal attention ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weights", ["none", "uniform", "varying"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"value_projection": False, "inner_product": "sum"},
+        {"orthonormalize": "batch"},
+        {"orthonormalize": "batch", "value_projection": False, "inner_product": "sum"},
+    ],
+)
+def test_orthogonal_attention_equal_size_path_equals_padded_path(kwargs, weights, monkeypatch):
+    torch.manual_seed(0)
+    b, n, d, k = 3, 20, 8, 4
+    layer = OrthogonalAttention(d, 6, k=k, **kwargs)
+    with torch.no_grad():  # features of order one, so that whitening has work to do
+        layer.lin_q.weight.normal_()
+        layer.eigen_logit.normal_()
+        if layer.lin_v is not None:
+            layer.lin_v.weight.normal_()
+    h = torch.randn(b * n, d, requires_grad=True)
+    g = torch.randn(b * n, 6, requires_grad=True)
+    batch = batch_vector(b, n)
+    weight = {
+        "none": None,
+        "uniform": torch.full((b * n,), 0.37),
+        "varying": torch.cat([torch.rand(b * n - 5) + 0.1, torch.zeros(5)]),  # with queries
+    }[weights]
+    params = [h, g, *layer.parameters()]
+    fast = layer(h, g, batch, weight)
+    running = layer.running_moment.clone() if "orthonormalize" in kwargs else None
+    monkeypatch.setattr(orthogonal_module, "equal_sizes", lambda *args: None)
+    layer.reset_running_stats()
+    padded = layer(h, g, batch, weight)
+    assert_all_close([fast], [padded])
+    assert_all_close(grads(fast, params), grads(padded, params))
+    if running is not None:  # the batch form's running moment is updated alike
+        torch.testing.assert_close(running, layer.running_moment)
+
+
+def test_orthogonal_attention_equal_size_path_is_taken(monkeypatch):
+    calls = []
+    original = orthogonal_module.OrthogonalAttention._forward_equal
+
+    def spy(self, *args):
+        calls.append(args[-1])
+        return original(self, *args)
+
+    monkeypatch.setattr(orthogonal_module.OrthogonalAttention, "_forward_equal", spy)
+    layer = OrthogonalAttention(8, 6, k=2)
+    layer(torch.randn(12, 8), torch.randn(12, 6), batch_vector(3, 4))
+    layer(torch.randn(7, 8), torch.randn(7, 6), torch.tensor([0, 0, 0, 1, 1, 1, 1]))
+    layer(torch.randn(5, 8), torch.randn(5, 6))
+    layer(
+        torch.randn(12, 8),
+        torch.randn(12, 6),
+        batch_vector(3, 4),
+        g_dst=torch.randn(6, 6),
+        batch_dst=batch_vector(3, 2),
+    )
+    assert calls == [3, 1]  # the mixed batch and the cross form took the padded path
 
 
 # --- reference formulations --------------------------------------------------------------------
