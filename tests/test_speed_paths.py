@@ -183,19 +183,54 @@ def test_fourier_attention_in_linear_order_equals_the_n_by_n_kernel(weights, siz
     assert_all_close(grads(linear, params), grads(kernel, params))
 
 
-def test_equal_size_path_is_taken(monkeypatch):
+@pytest.mark.parametrize("cls", [FourierAttention, GalerkinAttention])
+def test_equal_size_path_is_taken(cls, monkeypatch):
     calls = []
-    original = galerkin_module.HeadAttention._forward_equal
+    original = cls._forward_equal
 
     def spy(self, *args):
         calls.append(args[-1])
         return original(self, *args)
 
-    monkeypatch.setattr(galerkin_module.HeadAttention, "_forward_equal", spy)
-    layer = GalerkinAttention(8, 1)
+    monkeypatch.setattr(cls, "_forward_equal", spy)
+    layer = cls(8, 1)
     layer(torch.randn(12, 8), torch.rand(12, 1), batch_vector(3, 4))
     layer(torch.randn(7, 8), torch.rand(7, 1), torch.tensor([0, 0, 0, 1, 1, 1, 1]))
     assert calls == [3]  # the mixed batch took the padded path
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(pos_dim=2, heads=2),
+        dict(pos_dim=0, heads=2),
+        dict(pos_dim=1, heads=1, layer_norm=False),
+        dict(pos_dim=1, heads=4, dropout=0.3),
+    ],
+)
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_galerkin_folded_projections_equal_the_padded_path(kwargs, mode, monkeypatch):
+    """Galerkin attention on equal-size samples folds W^Q and W^O into the e x e products:
+    the same output and gradients as the general path (attention dropout included: both
+    paths draw the same e x e mask from the same seed)."""
+    torch.manual_seed(0)
+    b, n, d = 3, 20, 8
+    pos_dim = kwargs["pos_dim"]
+    layer = GalerkinAttention(d, **kwargs).train(mode == "train")
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(b * n, d, requires_grad=True)
+    pos, batch = torch.rand(b * n, pos_dim), batch_vector(b, n)
+    weight = torch.rand(b * n) + 0.1
+    params = [x, *layer.parameters()]
+    torch.manual_seed(1)
+    fast = layer(x, pos, batch, weight)
+    monkeypatch.setattr(galerkin_module, "equal_sizes", lambda *args: None)
+    torch.manual_seed(1)
+    padded = layer(x, pos, batch, weight)
+    assert_all_close([fast.detach()], [padded.detach()])
+    assert_all_close(grads(fast, params), grads(padded, params))
 
 
 # --- orthogonal attention ---------------------------------------------------------------------
@@ -234,7 +269,7 @@ def test_orthogonal_attention_equal_size_path_equals_padded_path(kwargs, weights
     monkeypatch.setattr(orthogonal_module, "equal_sizes", lambda *args: None)
     layer.reset_running_stats()
     padded = layer(h, g, batch, weight)
-    assert_all_close([fast], [padded])
+    assert_all_close([fast.detach()], [padded.detach()])
     assert_all_close(grads(fast, params), grads(padded, params))
     if running is not None:  # the batch form's running moment is updated alike
         torch.testing.assert_close(running, layer.running_moment)

@@ -206,14 +206,7 @@ class HeadAttention(nn.Module):
             if coords is not None:
                 t = torch.cat([t, coords.to(t.dtype)], dim=-1)
             blocks.append(t)
-        if weight is None:
-            weight = x.new_full((b, 1), 1.0 / m)
-        else:
-            weight = weight.view(b, m).to(x.dtype)
-            uniform = torch.equal(weight, weight[:, :1].expand_as(weight))
-            weight = weight / weight.sum(1, keepdim=True)  # a mean over each sample's domain
-            if uniform:
-                weight = weight[:, :1]
+        weight = _equal_weight(weight, b, m, x)
         mask = torch.ones(b, m, dtype=torch.bool, device=x.device)
         out = self.attend(*blocks, weight, mask)  # [B, heads, m, e]
         return self.lin_out(out.transpose(1, 2).reshape(n, -1))
@@ -248,6 +241,40 @@ class GalerkinAttention(HeadAttention):
     def attend(self, q, k, v, weight, mask):
         kv = F.dropout(weighted_moment(k, v, weight), self.dropout, self.training)
         return q @ kv
+
+    def _forward_equal(self, x: Tensor, pos: Tensor, weight: Tensor | None, b: int) -> Tensor:
+        r"""Equal-size samples with the query and output projections folded into the
+        :math:`e \times e` products: with :math:`M_h = (\tilde K_h^\top W \tilde V_h) W^O_h`
+        (``[B, e, d]`` per head), the layer is
+        :math:`\sum_h [Q_h \| \mathbf{x}] M_h + b^O = y A + \mathbf{x} P + c` with
+        :math:`A = \sum_h W^Q_h M_h^{(Q)}` (``[B, d, d]``), so neither :math:`Q` nor the
+        attention output is formed: one ``[m, d] x [d, d]`` product per sample replaces three.
+        The same numbers as the general path up to rounding."""
+        if "q" in self.norms:  # a layer norm on Q would not fold (not the case of eq. (6))
+            return super()._forward_equal(x, pos, weight, b)
+        n, heads, hc, pd = x.shape[0], self.heads, self.head_channels, self.pos_dim
+        m, e = n // b, hc + pd
+        blocks = []
+        for key, lin in (("k", self.lin_k), ("v", self.lin_v)):
+            t = lin(x).view(b, m, heads, hc)
+            if key in self.norms:
+                t = self.norms[key](t)
+            t = t.transpose(1, 2)  # [B, heads, m, d_k]
+            if pd:
+                coords = pos.view(b, 1, m, pd).expand(b, heads, m, pd)
+                t = torch.cat([t, coords.to(t.dtype)], dim=-1)
+            blocks.append(t)
+        kv = weighted_moment(*blocks, _equal_weight(weight, b, m, x))  # [B, heads, e, e]
+        kv = F.dropout(kv, self.dropout, self.training)
+        w_out = self.lin_out.weight.view(-1, heads, e).permute(1, 2, 0)  # [heads, e, d]
+        mixed = kv @ w_out  # [B, heads, e, d]: M_h
+        mixed_q = mixed[:, :, :hc].reshape(b, heads * hc, -1)
+        a = self.lin_q.weight.T @ mixed_q  # [B, d_in, d]
+        c = self.lin_q.bias @ mixed_q + self.lin_out.bias  # [B, d]
+        out = torch.baddbmm(c[:, None, :], x.view(b, m, -1), a)
+        if pd:
+            out = torch.baddbmm(out, pos.view(b, m, pd).to(out.dtype), mixed[:, :, hc:].sum(1))
+        return out.view(n, -1)
 
 
 class FourierAttention(HeadAttention):
@@ -284,6 +311,17 @@ class FourierAttention(HeadAttention):
             kernel = (q @ k.transpose(-2, -1)) * weight[:, None, None, :]  # [B, heads, n, n]
         kernel = F.dropout(kernel, self.dropout, self.training)
         return kernel @ v
+
+
+def _equal_weight(weight: Tensor | None, b: int, m: int, like: Tensor) -> Tensor:
+    """Quadrature weights of ``b`` samples of ``m`` nodes, normalised per sample: ``[B, m]``, or
+    ``[B, 1]`` when they are equal within every sample."""
+    if weight is None:
+        return like.new_full((b, 1), 1.0 / m)
+    weight = weight.view(b, m).to(like.dtype)
+    uniform = torch.equal(weight, weight[:, :1].expand_as(weight))
+    weight = weight / weight.sum(1, keepdim=True)  # a mean over each sample's domain
+    return weight[:, :1] if uniform else weight
 
 
 def weighted_moment(k: Tensor, v: Tensor, weight: Tensor) -> Tensor:
