@@ -183,7 +183,7 @@ def test_fourier_attention_in_linear_order_equals_the_n_by_n_kernel(weights, siz
     assert_all_close(grads(linear, params), grads(kernel, params))
 
 
-@pytest.mark.parametrize("cls", [FourierAttention, GalerkinAttention])
+@pytest.mark.parametrize("cls", [FourierAttention, GalerkinAttention, LinearAttention])
 def test_equal_size_path_is_taken(cls, monkeypatch):
     calls = []
     original = cls._forward_equal
@@ -209,20 +209,21 @@ def test_equal_size_path_is_taken(cls, monkeypatch):
     ],
 )
 @pytest.mark.parametrize("mode", ["train", "eval"])
-def test_galerkin_folded_projections_equal_the_padded_path(kwargs, mode, monkeypatch):
-    """Galerkin attention on equal-size samples folds W^Q and W^O into the e x e products:
-    the same output and gradients as the general path (attention dropout included: both
-    paths draw the same e x e mask from the same seed)."""
+@pytest.mark.parametrize("cls", [GalerkinAttention, LinearAttention])
+def test_folded_projections_equal_the_padded_path(cls, kwargs, mode, monkeypatch):
+    """Galerkin attention on equal-size samples folds W^Q and W^O into the e x e products,
+    linear attention W^O: the same output and gradients as the general path (attention dropout
+    included: both paths draw the same e x e mask from the same seed)."""
     torch.manual_seed(0)
     b, n, d = 3, 20, 8
     pos_dim = kwargs["pos_dim"]
-    layer = GalerkinAttention(d, **kwargs).train(mode == "train")
+    layer = cls(d, **kwargs).double().train(mode == "train")
     with torch.no_grad():
         for p in layer.parameters():
             p.add_(0.3 * torch.randn_like(p))
-    x = torch.randn(b * n, d, requires_grad=True)
-    pos, batch = torch.rand(b * n, pos_dim), batch_vector(b, n)
-    weight = torch.rand(b * n) + 0.1
+    x = torch.randn(b * n, d, dtype=torch.float64, requires_grad=True)
+    pos, batch = torch.rand(b * n, pos_dim, dtype=torch.float64), batch_vector(b, n)
+    weight = torch.rand(b * n, dtype=torch.float64) + 0.1
     params = [x, *layer.parameters()]
     torch.manual_seed(1)
     fast = layer(x, pos, batch, weight)
