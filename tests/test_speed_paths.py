@@ -491,8 +491,27 @@ def test_speed_benchmark_quick_writes_both_implementations(tmp_path, capsys):
     assert [r["case"] for r in records] == ["PiT, 150 / 40 nodes, batch 2"]
     for impl in ("meshop", "reference", "dense"):
         assert records[0][impl]["median_s"] > 0 and records[0][impl]["parameters"] > 0
+        assert records[0][impl]["median_cpu_s"] > 0
     table = (tmp_path / "speed_vs_reference.md").read_text()
     assert "measured under load" in table and table in capsys.readouterr().out
+    assert "| speed-up in CPU time |" in table
+
+
+def test_speed_benchmark_ono_rows_match_the_authors_options_then_meshops_defaults():
+    import speed_vs_reference
+
+    for authors, (whitening, projection, inner) in (
+        (True, ("batch", False, "sum")),
+        (False, ("sample", True, "mean")),
+    ):
+        model = speed_vs_reference.ono_model(authors)
+        for block in model.solution_blocks:
+            attn = block.attn
+            assert attn.orthonormalize == whitening and attn.inner_product == inner
+            assert (attn.lin_v is not None) == projection
+    rows = {name: params for name, _, params in speed_vs_reference.cases(quick=False)}
+    assert rows["ONO, 16x16 grid, batch 20"].get("authors", True)
+    assert rows["ONO, 16x16 grid, batch 20, meshop defaults"]["authors"] is False
 
 
 def test_pit_profile_quick_accounts_for_the_whole_step(tmp_path):
