@@ -209,11 +209,11 @@ def test_equal_size_path_is_taken(cls, monkeypatch):
     ],
 )
 @pytest.mark.parametrize("mode", ["train", "eval"])
-@pytest.mark.parametrize("cls", [GalerkinAttention, LinearAttention])
+@pytest.mark.parametrize("cls", [GalerkinAttention, LinearAttention, FourierAttention])
 def test_folded_projections_equal_the_padded_path(cls, kwargs, mode, monkeypatch):
     """Galerkin attention on equal-size samples folds W^Q and W^O into the e x e products,
-    linear attention W^O: the same output and gradients as the general path (attention dropout
-    included: both paths draw the same e x e mask from the same seed)."""
+    linear and Fourier attention W^O: the same output and gradients as the general path
+    (attention dropout included: both paths draw the same mask from the same seed)."""
     torch.manual_seed(0)
     b, n, d = 3, 20, 8
     pos_dim = kwargs["pos_dim"]

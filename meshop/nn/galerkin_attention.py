@@ -211,6 +211,35 @@ class HeadAttention(nn.Module):
         out = self.attend(*blocks, weight, mask)  # [B, heads, m, e]
         return self.lin_out(out.transpose(1, 2).reshape(n, -1))
 
+    def _equal_projections(self, x: Tensor, pos: Tensor, b: int) -> tuple[Tensor, Tensor, Tensor]:
+        r""":math:`\hat Q` ``[B, m, heads, e]`` (nodes first, ready for :meth:`_merge_folded`),
+        :math:`\hat K, \hat V` ``[B, heads, m, e]`` of ``b`` equal-size samples."""
+        n, heads, hc, pd = x.shape[0], self.heads, self.head_channels, self.pos_dim
+        m = n // b
+        blocks = []
+        for key, lin in (("q", self.lin_q), ("k", self.lin_k), ("v", self.lin_v)):
+            t = lin(x).view(b, m, heads, hc)
+            if key in self.norms:
+                t = self.norms[key](t)
+            if key != "q":
+                t = t.transpose(1, 2)  # [B, heads, m, d_k]
+            if pd:
+                coords = pos.view(b, m, 1, pd) if key == "q" else pos.view(b, 1, m, pd)
+                t = torch.cat([t, coords.expand(*t.shape[:-1], pd).to(t.dtype)], dim=-1)
+            blocks.append(t)
+        return blocks[0], blocks[1], blocks[2]
+
+    def _merge_folded(self, q: Tensor, kv: Tensor) -> Tensor:
+        r"""The merged output :math:`\sum_h q_h\, \kappa_h W^O_h + b^O` of queries ``q``
+        ``[B, m, heads, e]`` and per-head matrices :math:`\kappa_h` ``kv`` ``[B, heads, e, e]``,
+        with the output projection folded into :math:`\kappa_h` first: one ``[m, heads e] x
+        [heads e, d]`` product per sample instead of the per-head products, the transpose and
+        the merge; ``[B m, d]``."""
+        b, m, heads, e = q.shape
+        w_out = self.lin_out.weight.view(-1, heads, e).permute(1, 2, 0)  # [heads, e, d]
+        mixed = (kv @ w_out).reshape(b, heads * e, -1)  # [B, heads e, d]
+        return torch.baddbmm(self.lin_out.bias, q.reshape(b, m, heads * e), mixed).view(b * m, -1)
+
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}({self.channels}, pos_dim={self.pos_dim}, "
@@ -311,6 +340,16 @@ class FourierAttention(HeadAttention):
             kernel = (q @ k.transpose(-2, -1)) * weight[:, None, None, :]  # [B, heads, n, n]
         kernel = F.dropout(kernel, self.dropout, self.training)
         return kernel @ v
+
+    def _forward_equal(self, x: Tensor, pos: Tensor, weight: Tensor | None, b: int) -> Tensor:
+        """Equal-size samples in linear order with the output projection folded into the
+        :math:`e \times e` products (:meth:`~meshop.nn.HeadAttention._merge_folded`); kernel
+        dropout in training takes the general frame. The same numbers as the general path up to
+        rounding."""
+        if self.training and self.dropout > 0:
+            return super()._forward_equal(x, pos, weight, b)
+        q, k, v = self._equal_projections(x, pos, b)
+        return self._merge_folded(q, weighted_moment(k, v, _equal_weight(weight, b, q.shape[1], x)))
 
 
 def _equal_weight(weight: Tensor | None, b: int, m: int, like: Tensor) -> Tensor:

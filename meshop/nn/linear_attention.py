@@ -43,31 +43,14 @@ class LinearAttention(HeadAttention):
 
     def _forward_equal(self, x: Tensor, pos: Tensor, weight: Tensor | None, b: int) -> Tensor:
         r"""Equal-size samples with the output projection folded into the :math:`e \times e`
-        products: :math:`\sum_h \sigma(\hat Q_h) (\hat K_h^\top V_h W^O_h) + b^O`, one
-        ``[m, heads e] x [heads e, d]`` product per sample instead of the per-head products and
-        the merge. The same numbers as the general path up to rounding."""
-        n, heads, hc, pd = x.shape[0], self.heads, self.head_channels, self.pos_dim
-        m, e = n // b, hc + pd
-        blocks = []
-        for key, lin in (("q", self.lin_q), ("k", self.lin_k), ("v", self.lin_v)):
-            t = lin(x).view(b, m, heads, hc)
-            if key in self.norms:
-                t = self.norms[key](t)
-            if key != "q":
-                t = t.transpose(1, 2)  # [B, heads, m, d_k]
-            if pd:
-                coords = pos.view(b, m, 1, pd) if key == "q" else pos.view(b, 1, m, pd)
-                t = torch.cat([t, coords.expand(*t.shape[:-1], pd).to(t.dtype)], dim=-1)
-            blocks.append(t)
-        q, k, v = blocks  # q [B, m, heads, e]; k, v [B, heads, m, e]
-        weight = _equal_weight(weight, b, m, x)
+        products (:meth:`~meshop.nn.HeadAttention._merge_folded`). The same numbers as the
+        general path up to rounding."""
+        q, k, v = self._equal_projections(x, pos, b)
+        weight = _equal_weight(weight, b, q.shape[1], x)
         if weight.shape[-1] != 1:
             k = k + weight.clamp_min(torch.finfo(k.dtype).tiny).log()[:, None, :, None]
         kv = F.dropout(k.softmax(dim=-2).transpose(-2, -1) @ v, self.dropout, self.training)
-        w_out = self.lin_out.weight.view(-1, heads, e).permute(1, 2, 0)  # [heads, e, d]
-        mixed = (kv @ w_out).reshape(b, heads * e, -1)  # [B, heads e, d]
-        q = q.softmax(dim=-1).view(b, m, heads * e)
-        return torch.baddbmm(self.lin_out.bias, q, mixed).view(n, -1)
+        return self._merge_folded(q.softmax(dim=-1), kv)
 
 
 __all__ = ["LinearAttention"]
