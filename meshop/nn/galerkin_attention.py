@@ -342,7 +342,7 @@ class FourierAttention(HeadAttention):
         return kernel @ v
 
     def _forward_equal(self, x: Tensor, pos: Tensor, weight: Tensor | None, b: int) -> Tensor:
-        """Equal-size samples in linear order with the output projection folded into the
+        r"""Equal-size samples in linear order with the output projection folded into the
         :math:`e \times e` products (:meth:`~meshop.nn.HeadAttention._merge_folded`); kernel
         dropout in training takes the general frame. The same numbers as the general path up to
         rounding."""
