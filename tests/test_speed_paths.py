@@ -497,6 +497,25 @@ def test_speed_benchmark_quick_writes_both_implementations(tmp_path, capsys):
     assert "| speed-up in CPU time |" in table
 
 
+def test_speed_benchmark_keeps_the_tables_of_finished_thread_counts(tmp_path, monkeypatch):
+    import speed_vs_reference
+
+    calls = []
+
+    def case():
+        calls.append(torch.get_num_threads())
+        if len(calls) > 1:  # the second thread count fails in its first case
+            raise KeyboardInterrupt
+        return {"meshop": (lambda: None, 1), "reference": (lambda: None, 2)}
+
+    monkeypatch.setattr(speed_vs_reference, "cases", lambda quick: [("a case", case, {})])
+    with pytest.raises(KeyboardInterrupt):
+        speed_vs_reference.main(["--threads", "1,2", "--repeats", "1", "--out", str(tmp_path)])
+    table = (tmp_path / "speed_vs_reference.md").read_text()
+    assert "### 1 thread(s)" in table and "| a case |" in table
+    assert "### 2 thread(s)" not in table
+
+
 def test_speed_benchmark_ono_rows_match_the_authors_options_then_meshops_defaults():
     import speed_vs_reference
 
