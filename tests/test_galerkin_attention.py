@@ -173,13 +173,19 @@ def largest_intermediate(layer, n):
     return max(rec.numels)
 
 
-def test_galerkin_cost_is_linear_in_n_while_fourier_builds_n_by_n():
+def test_cost_is_linear_in_n_and_fourier_builds_n_by_n_only_for_kernel_dropout():
     d, heads, m = 8, 2, 2
     width = d + heads * m  # the widest per-node tensor: all heads with coordinates
     for n in (64, 512):
         assert largest_intermediate(GalerkinAttention(d, m, heads=heads), n) <= n * width
         assert largest_intermediate(LinearAttention(d, m, heads=heads), n) <= n * width
-        assert largest_intermediate(FourierAttention(d, m, heads=heads), n) >= heads * n * n
+        # (Q K^T) V is computed as Q (K^T V), in training and in evaluation
+        assert largest_intermediate(FourierAttention(d, m, heads=heads), n) <= n * width
+        assert largest_intermediate(FourierAttention(d, m, heads=heads).eval(), n) <= n * width
+        # dropout on the kernel's entries needs the n x n kernel
+        dropped = FourierAttention(d, m, heads=heads, dropout=0.1)
+        assert largest_intermediate(dropped, n) >= heads * n * n
+        assert largest_intermediate(dropped.eval(), n) <= n * width
 
 
 def test_invalid_heads_raise_config_error():

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import meshop.nn.galerkin_attention as galerkin_module
+import meshop.nn.orthogonal_attention as orthogonal_module
 from meshop.data.neighbors import equal_sizes, sample_slices
 from meshop.nn import (
     FourierAttention,
@@ -18,6 +19,7 @@ from meshop.nn import (
     GalerkinEncoderLayer,
     LinearAttention,
     LocalPositionAttention,
+    OrthogonalAttention,
     PositionAttention,
     SoftmaxAttention,
 )
@@ -148,19 +150,153 @@ def test_equal_size_path_equals_padded_path(cls, weights, monkeypatch):
     assert_all_close(grads(fast, params), grads(padded, params))
 
 
-def test_equal_size_path_is_taken(monkeypatch):
+@pytest.mark.parametrize("weights", ["uniform", "varying"])
+@pytest.mark.parametrize("sizes", [(20, 20, 20), (7, 20, 13)])
+def test_fourier_attention_in_linear_order_equals_the_n_by_n_kernel(weights, sizes, monkeypatch):
+    """Q (K^T W V) equals the paper's (Q K^T) W V, gradients included: the n x n form runs when
+    kernel dropout is on in training, here with dropout replaced by the identity."""
+    torch.manual_seed(0)
+    n, d = sum(sizes), 8
+    layer = FourierAttention(d, 2, heads=2, dropout=0.5)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(n, d, requires_grad=True)
+    pos = torch.rand(n, 2)
+    batch = torch.cat([torch.full((s,), i) for i, s in enumerate(sizes)])
+    weight = torch.full((n,), 0.37) if weights == "uniform" else torch.rand(n) + 0.1
+    params = [x, *layer.parameters()]
+    linear = layer.eval()(x, pos, batch, weight)
+    kernels = []
+    original_matmul = torch.Tensor.__matmul__
+
+    def spy(a, b):
+        out = original_matmul(a, b)
+        kernels.append(out.shape[-1] == out.shape[-2] == max(sizes))
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", spy)
+    monkeypatch.setattr(galerkin_module.F, "dropout", lambda t, p, training: t)
+    kernel = layer.train()(x, pos, batch, weight)
+    assert any(kernels)  # the n x n kernel was built
+    torch.testing.assert_close(linear, kernel, rtol=1e-5, atol=1e-6)
+    assert_all_close(grads(linear, params), grads(kernel, params))
+
+
+@pytest.mark.parametrize("cls", [FourierAttention, GalerkinAttention, LinearAttention])
+def test_equal_size_path_is_taken(cls, monkeypatch):
     calls = []
-    original = galerkin_module.HeadAttention._forward_equal
+    original = cls._forward_equal
 
     def spy(self, *args):
         calls.append(args[-1])
         return original(self, *args)
 
-    monkeypatch.setattr(galerkin_module.HeadAttention, "_forward_equal", spy)
-    layer = GalerkinAttention(8, 1)
+    monkeypatch.setattr(cls, "_forward_equal", spy)
+    layer = cls(8, 1)
     layer(torch.randn(12, 8), torch.rand(12, 1), batch_vector(3, 4))
     layer(torch.randn(7, 8), torch.rand(7, 1), torch.tensor([0, 0, 0, 1, 1, 1, 1]))
     assert calls == [3]  # the mixed batch took the padded path
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(pos_dim=2, heads=2),
+        dict(pos_dim=0, heads=2),
+        dict(pos_dim=1, heads=1, layer_norm=False),
+        dict(pos_dim=1, heads=4, dropout=0.3),
+    ],
+)
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("cls", [GalerkinAttention, LinearAttention, FourierAttention])
+def test_folded_projections_equal_the_padded_path(cls, kwargs, mode, monkeypatch):
+    """Galerkin attention on equal-size samples folds W^Q and W^O into the e x e products,
+    linear and Fourier attention W^O: the same output and gradients as the general path
+    (attention dropout included: both paths draw the same mask from the same seed)."""
+    torch.manual_seed(0)
+    b, n, d = 3, 20, 8
+    pos_dim = kwargs["pos_dim"]
+    layer = cls(d, **kwargs).double().train(mode == "train")
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(b * n, d, dtype=torch.float64, requires_grad=True)
+    pos, batch = torch.rand(b * n, pos_dim, dtype=torch.float64), batch_vector(b, n)
+    weight = torch.rand(b * n, dtype=torch.float64) + 0.1
+    params = [x, *layer.parameters()]
+    torch.manual_seed(1)
+    fast = layer(x, pos, batch, weight)
+    monkeypatch.setattr(galerkin_module, "equal_sizes", lambda *args: None)
+    torch.manual_seed(1)
+    padded = layer(x, pos, batch, weight)
+    assert_all_close([fast.detach()], [padded.detach()])
+    assert_all_close(grads(fast, params), grads(padded, params))
+
+
+# --- orthogonal attention ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weights", ["none", "uniform", "varying"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"value_projection": False, "inner_product": "sum"},
+        {"orthonormalize": "batch"},
+        {"orthonormalize": "batch", "value_projection": False, "inner_product": "sum"},
+    ],
+)
+def test_orthogonal_attention_equal_size_path_equals_padded_path(kwargs, weights, monkeypatch):
+    torch.manual_seed(0)
+    b, n, d, k = 3, 20, 8, 4
+    layer = OrthogonalAttention(d, 6, k=k, **kwargs)
+    with torch.no_grad():  # features of order one, so that whitening has work to do
+        layer.lin_q.weight.normal_()
+        layer.eigen_logit.normal_()
+        if layer.lin_v is not None:
+            layer.lin_v.weight.normal_()
+    h = torch.randn(b * n, d, requires_grad=True)
+    g = torch.randn(b * n, 6, requires_grad=True)
+    batch = batch_vector(b, n)
+    weight = {
+        "none": None,
+        "uniform": torch.full((b * n,), 0.37),
+        "varying": torch.cat([torch.rand(b * n - 5) + 0.1, torch.zeros(5)]),  # with queries
+    }[weights]
+    params = [h, g, *layer.parameters()]
+    fast = layer(h, g, batch, weight)
+    running = layer.running_moment.clone() if "orthonormalize" in kwargs else None
+    monkeypatch.setattr(orthogonal_module, "equal_sizes", lambda *args: None)
+    layer.reset_running_stats()
+    padded = layer(h, g, batch, weight)
+    assert_all_close([fast.detach()], [padded.detach()])
+    assert_all_close(grads(fast, params), grads(padded, params))
+    if running is not None:  # the batch form's running moment is updated alike
+        torch.testing.assert_close(running, layer.running_moment)
+
+
+def test_orthogonal_attention_equal_size_path_is_taken(monkeypatch):
+    calls = []
+    original = orthogonal_module.OrthogonalAttention._forward_equal
+
+    def spy(self, *args):
+        calls.append(args[-1])
+        return original(self, *args)
+
+    monkeypatch.setattr(orthogonal_module.OrthogonalAttention, "_forward_equal", spy)
+    layer = OrthogonalAttention(8, 6, k=2)
+    layer(torch.randn(12, 8), torch.randn(12, 6), batch_vector(3, 4))
+    layer(torch.randn(7, 8), torch.randn(7, 6), torch.tensor([0, 0, 0, 1, 1, 1, 1]))
+    layer(torch.randn(5, 8), torch.randn(5, 6))
+    layer(
+        torch.randn(12, 8),
+        torch.randn(12, 6),
+        batch_vector(3, 4),
+        g_dst=torch.randn(6, 6),
+        batch_dst=batch_vector(3, 2),
+    )
+    assert calls == [3, 1]  # the mixed batch and the cross form took the padded path
 
 
 # --- reference formulations --------------------------------------------------------------------
@@ -355,8 +491,46 @@ def test_speed_benchmark_quick_writes_both_implementations(tmp_path, capsys):
     assert [r["case"] for r in records] == ["PiT, 150 / 40 nodes, batch 2"]
     for impl in ("meshop", "reference", "dense"):
         assert records[0][impl]["median_s"] > 0 and records[0][impl]["parameters"] > 0
+        assert records[0][impl]["median_cpu_s"] > 0
     table = (tmp_path / "speed_vs_reference.md").read_text()
     assert "measured under load" in table and table in capsys.readouterr().out
+    assert "| speed-up in CPU time |" in table
+
+
+def test_speed_benchmark_keeps_the_tables_of_finished_thread_counts(tmp_path, monkeypatch):
+    import speed_vs_reference
+
+    calls = []
+
+    def case():
+        calls.append(torch.get_num_threads())
+        if len(calls) > 1:  # the second thread count fails in its first case
+            raise KeyboardInterrupt
+        return {"meshop": (lambda: None, 1), "reference": (lambda: None, 2)}
+
+    monkeypatch.setattr(speed_vs_reference, "cases", lambda quick: [("a case", case, {})])
+    with pytest.raises(KeyboardInterrupt):
+        speed_vs_reference.main(["--threads", "1,2", "--repeats", "1", "--out", str(tmp_path)])
+    table = (tmp_path / "speed_vs_reference.md").read_text()
+    assert "### 1 thread(s)" in table and "| a case |" in table
+    assert "### 2 thread(s)" not in table
+
+
+def test_speed_benchmark_ono_rows_match_the_authors_options_then_meshops_defaults():
+    import speed_vs_reference
+
+    for authors, (whitening, projection, inner) in (
+        (True, ("batch", False, "sum")),
+        (False, ("sample", True, "mean")),
+    ):
+        model = speed_vs_reference.ono_model(authors)
+        for block in model.solution_blocks:
+            attn = block.attn
+            assert attn.orthonormalize == whitening and attn.inner_product == inner
+            assert (attn.lin_v is not None) == projection
+    rows = {name: params for name, _, params in speed_vs_reference.cases(quick=False)}
+    assert rows["ONO, 16x16 grid, batch 20"].get("authors", True)
+    assert rows["ONO, 16x16 grid, batch 20, meshop defaults"]["authors"] is False
 
 
 def test_pit_profile_quick_accounts_for_the_whole_step(tmp_path):

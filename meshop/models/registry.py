@@ -41,7 +41,7 @@ MODELS: dict[str, ModelEntry] = {
     ),
     "fourier": ModelEntry(
         "meshop.models.galerkin_transformer:GalerkinTransformer",
-        "Fourier Transformer (softmax-free quadratic attention)",
+        "Fourier Transformer (softmax-free Fourier-type attention)",
         defaults={"attention": "fourier"},
     ),
     "ono": ModelEntry(

@@ -206,17 +206,39 @@ class HeadAttention(nn.Module):
             if coords is not None:
                 t = torch.cat([t, coords.to(t.dtype)], dim=-1)
             blocks.append(t)
-        if weight is None:
-            weight = x.new_full((b, 1), 1.0 / m)
-        else:
-            weight = weight.view(b, m).to(x.dtype)
-            uniform = torch.equal(weight, weight[:, :1].expand_as(weight))
-            weight = weight / weight.sum(1, keepdim=True)  # a mean over each sample's domain
-            if uniform:
-                weight = weight[:, :1]
+        weight = _equal_weight(weight, b, m, x)
         mask = torch.ones(b, m, dtype=torch.bool, device=x.device)
         out = self.attend(*blocks, weight, mask)  # [B, heads, m, e]
         return self.lin_out(out.transpose(1, 2).reshape(n, -1))
+
+    def _equal_projections(self, x: Tensor, pos: Tensor, b: int) -> tuple[Tensor, Tensor, Tensor]:
+        r""":math:`\hat Q` ``[B, m, heads, e]`` (nodes first, ready for :meth:`_merge_folded`),
+        :math:`\hat K, \hat V` ``[B, heads, m, e]`` of ``b`` equal-size samples."""
+        n, heads, hc, pd = x.shape[0], self.heads, self.head_channels, self.pos_dim
+        m = n // b
+        blocks = []
+        for key, lin in (("q", self.lin_q), ("k", self.lin_k), ("v", self.lin_v)):
+            t = lin(x).view(b, m, heads, hc)
+            if key in self.norms:
+                t = self.norms[key](t)
+            if key != "q":
+                t = t.transpose(1, 2)  # [B, heads, m, d_k]
+            if pd:
+                coords = pos.view(b, m, 1, pd) if key == "q" else pos.view(b, 1, m, pd)
+                t = torch.cat([t, coords.expand(*t.shape[:-1], pd).to(t.dtype)], dim=-1)
+            blocks.append(t)
+        return blocks[0], blocks[1], blocks[2]
+
+    def _merge_folded(self, q: Tensor, kv: Tensor) -> Tensor:
+        r"""The merged output :math:`\sum_h q_h\, \kappa_h W^O_h + b^O` of queries ``q``
+        ``[B, m, heads, e]`` and per-head matrices :math:`\kappa_h` ``kv`` ``[B, heads, e, e]``,
+        with the output projection folded into :math:`\kappa_h` first: one ``[m, heads e] x
+        [heads e, d]`` product per sample instead of the per-head products, the transpose and
+        the merge; ``[B m, d]``."""
+        b, m, heads, e = q.shape
+        w_out = self.lin_out.weight.view(-1, heads, e).permute(1, 2, 0)  # [heads, e, d]
+        mixed = (kv @ w_out).reshape(b, heads * e, -1)  # [B, heads e, d]
+        return torch.baddbmm(self.lin_out.bias, q.reshape(b, m, heads * e), mixed).view(b * m, -1)
 
     def __repr__(self) -> str:
         return (
@@ -249,9 +271,43 @@ class GalerkinAttention(HeadAttention):
         kv = F.dropout(weighted_moment(k, v, weight), self.dropout, self.training)
         return q @ kv
 
+    def _forward_equal(self, x: Tensor, pos: Tensor, weight: Tensor | None, b: int) -> Tensor:
+        r"""Equal-size samples with the query and output projections folded into the
+        :math:`e \times e` products: with :math:`M_h = (\tilde K_h^\top W \tilde V_h) W^O_h`
+        (``[B, e, d]`` per head), the layer is
+        :math:`\sum_h [Q_h \| \mathbf{x}] M_h + b^O = y A + \mathbf{x} P + c` with
+        :math:`A = \sum_h W^Q_h M_h^{(Q)}` (``[B, d, d]``), so neither :math:`Q` nor the
+        attention output is formed: one ``[m, d] x [d, d]`` product per sample replaces three.
+        The same numbers as the general path up to rounding."""
+        if "q" in self.norms:  # a layer norm on Q would not fold (not the case of eq. (6))
+            return super()._forward_equal(x, pos, weight, b)
+        n, heads, hc, pd = x.shape[0], self.heads, self.head_channels, self.pos_dim
+        m, e = n // b, hc + pd
+        blocks = []
+        for key, lin in (("k", self.lin_k), ("v", self.lin_v)):
+            t = lin(x).view(b, m, heads, hc)
+            if key in self.norms:
+                t = self.norms[key](t)
+            t = t.transpose(1, 2)  # [B, heads, m, d_k]
+            if pd:
+                coords = pos.view(b, 1, m, pd).expand(b, heads, m, pd)
+                t = torch.cat([t, coords.to(t.dtype)], dim=-1)
+            blocks.append(t)
+        kv = weighted_moment(*blocks, _equal_weight(weight, b, m, x))  # [B, heads, e, e]
+        kv = F.dropout(kv, self.dropout, self.training)
+        w_out = self.lin_out.weight.view(-1, heads, e).permute(1, 2, 0)  # [heads, e, d]
+        mixed = kv @ w_out  # [B, heads, e, d]: M_h
+        mixed_q = mixed[:, :, :hc].reshape(b, heads * hc, -1)
+        a = self.lin_q.weight.T @ mixed_q  # [B, d_in, d]
+        c = self.lin_q.bias @ mixed_q + self.lin_out.bias  # [B, d]
+        out = torch.baddbmm(c[:, None, :], x.view(b, m, -1), a)
+        if pd:
+            out = torch.baddbmm(out, pos.view(b, m, pd).to(out.dtype), mixed[:, :, hc:].sum(1))
+        return out.view(n, -1)
+
 
 class FourierAttention(HeadAttention):
-    r"""Fourier-type attention (Galerkin Transformer eq. (5)), quadratic in the number of nodes.
+    r"""Fourier-type attention (Galerkin Transformer eq. (5)), computed at linear cost in the nodes.
 
     .. math::
         \mathbf{z}_i = \sum_{j} w_j\, \big(\mathrm{Ln}(Q_i) \cdot \mathrm{Ln}(K_j)\big)\, V_j
@@ -259,8 +315,13 @@ class FourierAttention(HeadAttention):
 
     i.e. :math:`(\tilde Q \tilde K^\top) V / n` with the :math:`1/n` read as quadrature weights
     :math:`w_j`: a Nyström discretisation of an integral transform with the learned kernel
-    :math:`\kappa(x, \xi) = \zeta_q(x) \cdot \phi_k(\xi)`. Attention dropout acts on the kernel
-    matrix. Multi-head frame, coordinates, diagonal initialization and arguments:
+    :math:`\kappa(x, \xi) = \zeta_q(x) \cdot \phi_k(\xi)`. Without softmax the product is
+    associative, :math:`(\tilde Q \tilde K^\top) W V = \tilde Q (\tilde K^\top W V)`, so the
+    layer forms the :math:`e \times e` matrix first and costs :math:`O(n e^2)` like
+    :class:`GalerkinAttention` (the same numbers up to rounding; the layer norms still sit on
+    :math:`Q` and :math:`K`). Only attention dropout in training, which acts on the entries of the
+    :math:`n \times n` kernel matrix, needs that matrix: then it is built, at
+    :math:`O(n^2 e)`. Multi-head frame, coordinates, diagonal initialization and arguments:
     :class:`HeadAttention`.
 
     Shapes:
@@ -271,12 +332,35 @@ class FourierAttention(HeadAttention):
     normalized = ("q", "k")
 
     def attend(self, q, k, v, weight, mask):
+        if not (self.training and self.dropout > 0):  # (Q K^T) W V = Q (K^T W V): linear in n
+            return q @ weighted_moment(k, v, weight)
         if weight.shape[-1] == 1:  # equal weights: scale the n x e keys, not the n x n kernel
             kernel = q @ (k * weight[:, None, :, None]).transpose(-2, -1)
         else:
             kernel = (q @ k.transpose(-2, -1)) * weight[:, None, None, :]  # [B, heads, n, n]
         kernel = F.dropout(kernel, self.dropout, self.training)
         return kernel @ v
+
+    def _forward_equal(self, x: Tensor, pos: Tensor, weight: Tensor | None, b: int) -> Tensor:
+        r"""Equal-size samples in linear order with the output projection folded into the
+        :math:`e \times e` products (:meth:`~meshop.nn.HeadAttention._merge_folded`); kernel
+        dropout in training takes the general frame. The same numbers as the general path up to
+        rounding."""
+        if self.training and self.dropout > 0:
+            return super()._forward_equal(x, pos, weight, b)
+        q, k, v = self._equal_projections(x, pos, b)
+        return self._merge_folded(q, weighted_moment(k, v, _equal_weight(weight, b, q.shape[1], x)))
+
+
+def _equal_weight(weight: Tensor | None, b: int, m: int, like: Tensor) -> Tensor:
+    """Quadrature weights of ``b`` samples of ``m`` nodes, normalised per sample: ``[B, m]``, or
+    ``[B, 1]`` when they are equal within every sample."""
+    if weight is None:
+        return like.new_full((b, 1), 1.0 / m)
+    weight = weight.view(b, m).to(like.dtype)
+    uniform = torch.equal(weight, weight[:, :1].expand_as(weight))
+    weight = weight / weight.sum(1, keepdim=True)  # a mean over each sample's domain
+    return weight[:, :1] if uniform else weight
 
 
 def weighted_moment(k: Tensor, v: Tensor, weight: Tensor) -> Tensor:

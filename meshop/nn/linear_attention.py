@@ -2,9 +2,11 @@ r"""Linear (efficient) attention of Shen et al., the "LT" baseline of the Galerk
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
+from torch import Tensor
 
-from meshop.nn.galerkin_attention import HeadAttention, log_weight_mask
+from meshop.nn.galerkin_attention import HeadAttention, _equal_weight, log_weight_mask
 
 
 class LinearAttention(HeadAttention):
@@ -38,6 +40,17 @@ class LinearAttention(HeadAttention):
         k = k.softmax(dim=-2)
         kv = F.dropout(k.transpose(-2, -1) @ v, self.dropout, self.training)  # [B, heads, e, e]
         return q @ kv
+
+    def _forward_equal(self, x: Tensor, pos: Tensor, weight: Tensor | None, b: int) -> Tensor:
+        r"""Equal-size samples with the output projection folded into the :math:`e \times e`
+        products (:meth:`~meshop.nn.HeadAttention._merge_folded`). The same numbers as the
+        general path up to rounding."""
+        q, k, v = self._equal_projections(x, pos, b)
+        weight = _equal_weight(weight, b, q.shape[1], x)
+        if weight.shape[-1] != 1:
+            k = k + weight.clamp_min(torch.finfo(k.dtype).tiny).log()[:, None, :, None]
+        kv = F.dropout(k.softmax(dim=-2).transpose(-2, -1) @ v, self.dropout, self.training)
+        return self._merge_folded(q.softmax(dim=-1), kv)
 
 
 __all__ = ["LinearAttention"]

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from meshop._pyg import scatter, to_dense_batch
+from meshop.data.neighbors import equal_sizes
 from meshop.errors import ConfigError
 
 INNER_PRODUCTS = ("mean", "sum")
@@ -159,6 +160,10 @@ class OrthogonalAttention(nn.Module):
         g_dst: Tensor | None = None,
         batch_dst: Tensor | None = None,
     ) -> Tensor:
+        if g_dst is None and len(g):
+            sizes = equal_sizes(len(g), len(g), batch, batch)
+            if sizes is not None:
+                return self._forward_equal(h, g, weight, sizes[0])
         batch = _batch_or_zeros(batch, len(g), g.device)
         num_samples = int(batch.max()) + 1 if batch.numel() else 1
         w = _sample_normalised(weight, batch, num_samples, g)
@@ -167,15 +172,40 @@ class OrthogonalAttention(nn.Module):
         psi, w_d, psi_dst, mask_dst = self._eigenfunctions(
             g, batch, w, num_samples, g_dst, batch_dst
         )
-        value = self.lin_v(h) if self.lin_v is not None else h
-        dtype = torch.promote_types(value.dtype, torch.float32)
-        with torch.autocast(device_type=value.device.type, enabled=False):
-            value_d, _ = to_dense_batch(value.to(dtype), batch, batch_size=num_samples)
-            coeff = (psi * w_d[..., None]).to(dtype).transpose(1, 2) @ value_d  # [B, k, d]
-            if self.inner_product == "sum":
-                coeff = coeff * _weighted_count(w, batch, num_samples).to(dtype)[:, None, None]
-            coeff = self.eigenvalues.to(dtype)[None, :, None] * coeff
-            return (psi_dst.to(dtype) @ coeff)[mask_dst]  # [N_dst, d]
+        dtype = torch.promote_types(h.dtype, torch.float32)
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            h_d, _ = to_dense_batch(h.to(dtype), batch, batch_size=num_samples)
+            coeff = (psi * w_d[..., None]).to(dtype).transpose(1, 2) @ h_d  # [B, k, d]
+            count = _weighted_count(w, batch, num_samples) if self.inner_product == "sum" else None
+            return (psi_dst.to(dtype) @ self._coefficients(coeff, count))[mask_dst]  # [N_dst, d]
+
+    def _forward_equal(self, h: Tensor, g: Tensor, weight: Tensor | None, b: int) -> Tensor:
+        """Samples of equal sizes as ``[B, m, *]`` views: no padding, no gathering (the same
+        numbers as the padded path up to rounding)."""
+        n, m = len(g), len(g) // b
+        w = _sample_normalised_equal(weight, b, m, g)  # [B, m]
+        q = self.lin_q(g)
+        dtype = torch.promote_types(h.dtype, torch.float32)
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            q_d = q.to(torch.float64).view(b, m, self.k)
+            w_d = w.to(torch.float64)
+            count = (w > 0).sum(1).to(w.dtype)
+            chol = self._factor(q_d, w_d, count)
+            psi = _whiten(q_d, chol).to(dtype)  # [B, m, k]
+            h_d = h.to(dtype).view(b, m, -1)
+            coeff = (psi * w.to(dtype)[..., None]).transpose(1, 2) @ h_d  # [B, k, d]
+            coeff = self._coefficients(coeff, count if self.inner_product == "sum" else None)
+            return (psi @ coeff).view(n, -1)
+
+    def _coefficients(self, coeff: Tensor, count: Tensor | None) -> Tensor:
+        """``diag(mu) <psi, h> W_V^T`` from ``<psi, h>`` ``[B, k, d]``: the value projection acts
+        on the k x d coefficients (``<psi, h W_V^T> = <psi, h> W_V^T``), not on every node; the
+        authors' raw sum multiplies by the count of weighted nodes ``count`` ``[B]``."""
+        if self.lin_v is not None:
+            coeff = coeff @ self.lin_v.weight.to(coeff.dtype).T
+        if count is not None:
+            coeff = coeff * count.to(coeff.dtype)[:, None, None]
+        return self.eigenvalues.to(coeff.dtype)[None, :, None] * coeff
 
     def eigenfunctions(
         self,
@@ -209,7 +239,8 @@ class OrthogonalAttention(nn.Module):
         with torch.autocast(device_type=q.device.type, enabled=False):
             q_d, mask = to_dense_batch(q.to(torch.float64), batch, batch_size=num_samples)
             w_d, _ = to_dense_batch(w.to(torch.float64), batch, batch_size=num_samples)
-            chol = self._factor(q_d, w_d, w, batch, num_samples)  # [B or 1, k, k]
+            count = _weighted_count(w, batch, num_samples)
+            chol = self._factor(q_d, w_d, count)  # [B or 1, k, k]
             psi = _whiten(q_d, chol)
             if q_dst is None:
                 return psi, w_d, psi, mask
@@ -218,13 +249,14 @@ class OrthogonalAttention(nn.Module):
             )
             return psi, w_d, _whiten(q_dst_d, chol), mask_dst
 
-    def _factor(self, q_d, w_d, w, batch, num_samples) -> Tensor:
-        """Cholesky factors: one per sample ``[B, k, k]``, or the batch's ``[1, k, k]``."""
+    def _factor(self, q_d, w_d, count) -> Tensor:
+        """Cholesky factors: one per sample ``[B, k, k]``, or the batch's ``[1, k, k]``; ``count``
+        is the number of weighted nodes of every sample ``[B]``."""
         if self.orthonormalize == "batch" and not self.training:
             return _cholesky_with_jitter(self.running_moment.to(torch.float64))[None]
         moments = (q_d * w_d[..., None]).transpose(1, 2) @ q_d  # [B, k, k]: C_b
         if self.orthonormalize == "sample":
-            _check_enough_nodes(w, batch, num_samples, self.k)
+            _check_enough_nodes(count, self.k)
             return _cholesky_with_jitter(moments)
         moment = self._batch_moment(moments)
         self._update_running_moment(moment.detach())
@@ -288,9 +320,17 @@ def _weighted_count(w, batch, num_samples) -> Tensor:
     return scatter((w > 0).to(w.dtype), batch, dim=0, dim_size=num_samples, reduce="sum")
 
 
-def _check_enough_nodes(w, batch, num_samples, k) -> None:
-    """k functions can be orthonormal on a sample only if it has k nodes with positive weight."""
-    count = _weighted_count(w, batch, num_samples)
+def _sample_normalised_equal(weight, b, m, like) -> Tensor:
+    """:func:`_sample_normalised` for ``b`` samples of ``m`` nodes each, as ``[b, m]``."""
+    if weight is None:
+        return torch.full((b, m), 1.0 / m, device=like.device)
+    w = weight.to(torch.promote_types(weight.dtype, torch.float32)).view(b, m)
+    return w / w.sum(1, keepdim=True)
+
+
+def _check_enough_nodes(count, k) -> None:
+    """k functions can be orthonormal on a sample only if it has k nodes with positive weight
+    (``count`` of every sample, ``[B]``)."""
     if bool((count < k).any()):
         b = int(torch.argmin(count))
         raise ConfigError(
