@@ -51,7 +51,7 @@ QUICK = {
 MINUTES = 2.0  # CPU budget of one model on one dataset
 MODELS = ("pit", "galerkin", "fourier", "ono", "transolver", "mlp")
 #: models evaluated at finer Darcy grids than they were trained on
-SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "ono", "transolver")
+SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "fourier", "ono", "transolver")
 #: refinement levels of the DarcyMesh test meshes evaluated without retraining (2x, 4x finer)
 REFINEMENTS = (1, 2)
 NAMES = {
