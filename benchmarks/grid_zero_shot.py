@@ -10,7 +10,8 @@ could follow the input grid taken, one more per row, from the training grid inst
 - ``middle``: the middle grids of the two CiNNs (``round(sqrt(n_f n_c))`` per axis);
 - ``stencil``: the 3x3 convolution on the fine grid, run on the input interpolated onto the
   training grid (on nested finer grids: its subsample);
-- ``modes``: the spectral layers keep only the Fourier modes the training grid has.
+- ``spectral``: the regressor's spectral convolutions transform on the training grid
+  (interpolating there and back), so that their modes are the frequencies they were trained on.
 
 The first row takes every grid as its own training grid; the last row is the model's own forward.
 The checkpoint may predate the recorded ``grid_shape``: the training grid is then read from the
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-STAGES = ("coarse", "middle", "stencil", "modes")
+STAGES = ("coarse", "middle", "stencil", "spectral")
 
 
 class StagedGridPath(nn.Module):
@@ -71,7 +72,7 @@ class StagedGridPath(nn.Module):
         h = m._encode(node_tensor(h), node_tensor(coarse_pos), batch, (measure / n_c)[batch])
         h = h.view(b, *coarse, -1).movedim(-1, 1)
         h = m.up(h, shape, self.grid if "middle" in fixed else None)
-        out = m.regressor(h, pos, self.grid if "modes" in fixed else None)
+        out = m.regressor(h, pos, self.grid if "spectral" in fixed else None)
         return node_tensor(out)
 
 

@@ -179,3 +179,17 @@ def test_spectral_conv_on_a_finer_grid_uses_only_the_training_grids_modes():
     # on the training grid itself nothing changes
     x22 = torch.randn(1, 2, 22, 22, dtype=torch.float64)
     torch.testing.assert_close(conv(x22, grid=(22, 22)), conv(x22), atol=0, rtol=0)
+
+
+def test_spectral_conv_on_a_finer_grid_transforms_on_the_training_grid():
+    # the same non-periodic field on 22 and 43 nodes: the discrete transform's period (n h) and
+    # the modes kept differ between the grids, so the layer must transform on the training grid
+    torch.manual_seed(0)
+    conv = SpectralConv(3, 2, 12, dim=2).double()
+    coarse = conv(smooth_field(22))
+    for n in (43, 85):
+        stride = (n - 1) // 21
+        fine = conv(smooth_field(n), grid=(22, 22))[..., ::stride, ::stride]
+        torch.testing.assert_close(fine, coarse, atol=1e-12, rtol=0)
+        own = conv(smooth_field(n))[..., ::stride, ::stride]
+        assert (own - coarse).abs().max() > 1e-2 * coarse.abs().max()

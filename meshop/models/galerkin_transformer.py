@@ -66,9 +66,10 @@ class GalerkinTransformer(nn.Module):
     mode (or given). On any other grid of the same box the fine input is first interpolated onto
     ``grid_shape`` (on a 2x or 4x finer grid that is its subsample), the coarse grid (default every
     third node of ``grid_shape``) and the CiNNs' middle grids stay those of training, and the
-    spectral layers keep the Fourier modes that ``grid_shape`` has; only the last interpolation
-    and the regressor run on the new grid. Every convolution thus keeps the stencils it was trained
-    with, whose physical size a finer grid would otherwise shrink.
+    regressor's spectral convolutions transform on ``grid_shape`` (interpolating there and back);
+    the last interpolation of the upsampling CiNN and the regressor's pointwise maps run on the new
+    grid. Every convolution thus keeps the stencils and Fourier modes it was trained with, whose
+    physical size and frequency a finer grid would otherwise change.
 
     Decoders: ``"spectral"`` is :class:`~meshop.nn.SpectralRegressor` (grids only; meshes use the
     MLP), ``"ffn"`` the pointwise MLP ``[d + m, d, d, out]``. Grid paths read node features as

@@ -229,9 +229,17 @@ class SpectralConv(nn.Module):
     negative frequencies the real FFT omits): one corner in 1D, two in 2D (``[:m1, :m2]`` and
     ``[-m1:, :m2]``), four in 3D. A grid too small for ``modes`` keeps the modes it has. The complex
     weights are stored as real pairs, so ``numel`` counts a complex entry as two parameters (the
-    convention of Table 5). Given ``grid``, the grid the layer was trained on, a finer input keeps
-    only the modes that ``grid`` has: weights that training never reached (a coarse grid lacks
-    its top modes) do not act on finer grids.
+    convention of Table 5).
+
+    **Other resolutions.** Given ``grid``, the grid the layer was trained on, an input on another
+    grid is interpolated onto ``grid`` ((bi)linear, ``align_corners=True``), transformed there,
+    and the result interpolated back. The grids include both ends of the box, so the discrete
+    transform's period is :math:`n h`, which changes with the grid, and a non-periodic field's
+    periodic extension jumps at the border; a coarse training grid also keeps nearly all of its
+    modes (12 modes on a 22-node axis, which has 11), so the trained weights act on its whole
+    spectrum, aliases and jump included. On a finer grid the same mode indices would be other
+    frequencies and the rest of the spectrum would be cut; on ``grid`` the layer stays the one
+    that was trained (and weights of modes ``grid`` lacks never act).
 
     Args:
         in_channels (int): input channels.
@@ -261,13 +269,14 @@ class SpectralConv(nn.Module):
             self.weight.uniform_(0.0, 1.0 / (self.in_channels * self.out_channels))
 
     def forward(self, x: Tensor, grid: Sequence[int] | None = None) -> Tensor:
-        shape, dim = tuple(x.shape[2:]), len(self.modes)
+        shape = tuple(x.shape[2:])
+        if grid is not None and tuple(int(n) for n in grid) != shape:
+            return interpolate_grid(self(interpolate_grid(x, grid)), shape)
+        dim = len(self.modes)
         axes = tuple(range(-dim, 0))
         x_ft = torch.fft.rfftn(x, dim=axes)
-        # modes per axis: those of the input grid, and of the training grid when given
-        sizes = [shape] if grid is None else [shape, tuple(int(n) for n in grid)]
-        kept = [min(m, *(s[i] // 2 for s in sizes)) for i, m in enumerate(self.modes[:-1])]
-        kept.append(min(self.modes[-1], *(s[-1] // 2 + 1 for s in sizes)))
+        kept = [min(m, n // 2) for m, n in zip(self.modes[:-1], shape[:-1])]
+        kept.append(min(self.modes[-1], x_ft.shape[-1]))
         weight = torch.view_as_complex(self.weight)
         out = x_ft.new_zeros(x.shape[0], self.out_channels, *x_ft.shape[2:])
         for corner, negative in enumerate(itertools.product((False, True), repeat=dim - 1)):
