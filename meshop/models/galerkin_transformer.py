@@ -109,8 +109,8 @@ class GalerkinTransformer(nn.Module):
         spectral_layers (int): spectral convolution layers.
         project (bool, optional): project to ``width`` before the spectral layers (2D default).
         coarse_shape (int or sequence, optional): the CiNN coarse grid (2D); default every third
-            node, ``ceil(n / 3)`` per axis. The paper: 43 for 141, 61 for 211 (forward Darcy), 36
-            for 141 and 71 for 211 (inverse).
+            node of the training grid, ``ceil(n / 3)`` per axis. The paper: 43 for 141, 61 for
+            211 (forward Darcy), 36 for 141 and 71 for 211 (inverse).
         grid_shape (int or sequence, optional): the training grid of the grid path (nodes per
             axis); None records the grid of the first batch seen in training mode (saved in
             ``config``, hence in checkpoints). An untrained model without it treats every grid as
