@@ -265,3 +265,14 @@ def test_grid_shape_is_checked():
     for bad in ((22,), (22, 1), (22.5, 22)):
         with pytest.raises(ConfigError, match="grid_shape"):
             tiny(3, 2, grid_shape=bad)
+
+
+def test_periodic_1d_grids_keep_the_regressor_on_the_input_grid():
+    # Burgers grids are periodic without the end node (bounds (0, 1 - 1/n)): each resolution has its
+    # own box and the transform's period is the box, so nothing is interpolated to the training grid
+    model = tiny(2, 1, grid_shape=32)
+    unrecorded = tiny(2, 1)
+    g = torch.Generator().manual_seed(0)
+    data = uniform_grid((64,), x=torch.randn(64, generator=g), bounds=[(0.0, 1.0 - 1.0 / 64)])
+    with torch.no_grad():
+        torch.testing.assert_close(model(data), unrecorded(data), atol=0, rtol=0)

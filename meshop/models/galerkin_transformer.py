@@ -69,7 +69,9 @@ class GalerkinTransformer(nn.Module):
     regressor's spectral convolutions transform on ``grid_shape`` (interpolating there and back);
     the last interpolation of the upsampling CiNN and the regressor's pointwise maps run on the new
     grid. Every convolution thus keeps the stencils and Fourier modes it was trained with, whose
-    physical size and frequency a finer grid would otherwise change.
+    physical size and frequency a finer grid would otherwise change. On 1D grids (Burgers:
+    periodic, without the end node, so that the transform's period is the box on every grid) the
+    whole path runs on the input grid.
 
     Decoders: ``"spectral"`` is :class:`~meshop.nn.SpectralRegressor` (grids only; meshes use the
     MLP), ``"ffn"`` the pointwise MLP ``[d + m, d, d, out]``. Grid paths read node features as
@@ -382,7 +384,10 @@ class GalerkinTransformer(nn.Module):
             # coarse grid itself, whatever the input grid
             h = self.up(h, out_shape, grid if self.decoder == "spectral" else None)
         if self.decoder == "spectral":
-            out = self.regressor(h, out_pos, grid)
+            # 2D grids include both ends of a non-periodic box: transform on the training grid.
+            # 1D grids (Burgers) are periodic without the end node: the transform's period is the
+            # box on every grid, and each grid has its own box, so the regressor stays on it
+            out = self.regressor(h, out_pos, grid if self.pos_dim == 2 else None)
         else:
             out = self.head(torch.cat([h, out_pos], dim=1).movedim(1, -1)).movedim(-1, 1)
         if getattr(data, "query_pos", None) is None and tuple(out_shape) == shape:
