@@ -91,7 +91,7 @@ EPOCHS: dict[tuple[str, str], int] = {
 }
 MODELS = ("pit", "galerkin", "fourier", "ono", "transolver", "mlp")
 #: models evaluated at finer Darcy grids than they were trained on
-SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "ono", "transolver")
+SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "fourier", "ono", "transolver")
 #: refinement levels of the DarcyMesh test meshes evaluated without retraining (2x, 4x finer)
 REFINEMENTS = (1, 2)
 NAMES = {

@@ -237,3 +237,24 @@ def test_readme_accuracy_table_is_the_measured_one():
     records = json.loads((BENCHMARKS / "results" / "accuracy.json").read_text())["records"]
     readme = (BENCHMARKS.parent / "README.md").read_text()
     assert script("accuracy").summary_table(records) in readme
+
+
+def test_grid_zero_shot_stages_run_from_the_old_grid_path_to_the_models_forward():
+    from meshop.data import make_loader, uniform_grid
+    from meshop.models import GalerkinTransformer
+
+    staged = script("grid_zero_shot")
+    torch.manual_seed(0)
+    sizes = dict(channels=8, heads=2, layers=1, width=6, modes=12, hidden_channels=16)
+    trained = GalerkinTransformer(3, 1, 2, grid_shape=22, **sizes).eval()
+    unrecorded = GalerkinTransformer(3, 1, 2, **sizes).eval()  # every grid its own training grid
+    unrecorded.load_state_dict(trained.state_dict())
+    g = torch.Generator().manual_seed(0)
+    fields = [uniform_grid((43, 43), x=torch.randn(43 * 43, generator=g)) for _ in range(2)]
+    batch = next(iter(make_loader(fields, batch_size=2)))
+    with torch.no_grad():
+        every_stage = staged.StagedGridPath(trained, (22, 22), staged.STAGES)(batch)
+        no_stage = staged.StagedGridPath(trained, (22, 22), ())(batch)
+        torch.testing.assert_close(every_stage, trained(batch), atol=1e-6, rtol=0)
+        torch.testing.assert_close(no_stage, unrecorded(batch), atol=1e-6, rtol=0)
+        assert (every_stage - no_stage).abs().max() > 1e-4  # so the two checks differ

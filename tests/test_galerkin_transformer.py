@@ -216,3 +216,63 @@ def test_reset_parameters_restores_the_diagonal_initialization():
             assert (lin.weight - 1e-2 * torch.eye(d)).abs().max() <= bound
             assert torch.all(lin.bias == 0)
     assert torch.all(model.encoder[0].attn.norms["k"].weight == 1)
+
+
+def smooth_grid(n):
+    t = torch.linspace(0, 1, n)
+    x, y = torch.meshgrid(t, t, indexing="ij")
+    return uniform_grid((n, n), x=(torch.sin(3 * x + 2 * y) + x * y**2).flatten())
+
+
+@pytest.mark.parametrize("attention", ["galerkin", "fourier"])
+def test_grid_path_predicts_the_same_field_alike_on_finer_grids(attention):
+    """Zero-shot super-resolution: the grid of the first training batch is recorded, and on a 2x or
+    4x finer grid of the same field the prediction agrees with the training grid's at its nodes
+    (the CiNNs keep their stencils, coarse and middle grids; the spectral layers their modes)."""
+    model = tiny(3, 2, attention=attention)
+    own_grid = {n: model(smooth_grid(n)).detach().view(n, n) for n in (22, 43, 85)}
+    assert model.config["grid_shape"] is None
+    model.train()
+    model(smooth_grid(22))
+    model.eval()
+    assert model.config["grid_shape"] == (22, 22)
+    rebuilt = GalerkinTransformer(**model.config).eval()  # as from a checkpoint
+    rebuilt.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        coarse = model(smooth_grid(22)).view(22, 22)
+        for n in (43, 85):
+            stride = (n - 1) // 21
+            fine = rebuilt(smooth_grid(n)).view(n, n)[::stride, ::stride]
+            assert torch.linalg.norm(fine - coarse) < 2e-3 * torch.linalg.norm(coarse)
+            # each grid taken as its own training grid: other coarse grids, stencils and modes
+            own = own_grid[n][::stride, ::stride]
+            assert torch.linalg.norm(own - own_grid[22]) > 1e-2 * torch.linalg.norm(own_grid[22])
+
+
+def test_spectral_weights_the_training_grid_never_reached_do_not_act_on_finer_grids():
+    # 12 modes per axis, a 22-node training grid: its first axis has modes -11..10, so the weights
+    # of mode +11 are never trained; on a 43-node grid that mode exists
+    model = tiny(3, 2, modes=12, grid_shape=22)
+    with torch.no_grad():
+        before = model(smooth_grid(43))
+        for conv in model.regressor.convs:
+            conv.weight[0, :, :, 11] += 1.0
+        torch.testing.assert_close(model(smooth_grid(43)), before, atol=0, rtol=0)
+
+
+def test_grid_shape_is_checked():
+    assert tiny(3, 2, grid_shape=22).config["grid_shape"] == (22, 22)
+    for bad in ((22,), (22, 1), (22.5, 22)):
+        with pytest.raises(ConfigError, match="grid_shape"):
+            tiny(3, 2, grid_shape=bad)
+
+
+def test_periodic_1d_grids_keep_the_regressor_on_the_input_grid():
+    # Burgers grids are periodic without the end node (bounds (0, 1 - 1/n)): each resolution has its
+    # own box and the transform's period is the box, so nothing is interpolated to the training grid
+    model = tiny(2, 1, grid_shape=32)
+    unrecorded = tiny(2, 1)
+    g = torch.Generator().manual_seed(0)
+    data = uniform_grid((64,), x=torch.randn(64, generator=g), bounds=[(0.0, 1.0 - 1.0 / 64)])
+    with torch.no_grad():
+        torch.testing.assert_close(model(data), unrecorded(data), atol=0, rtol=0)

@@ -136,3 +136,60 @@ def test_sample_grid_is_exact_for_multilinear_fields_per_sample(dim):
     out = sample_grid(field, pos, torch.cat(q), query_batch)
     expected = torch.cat([f(q[b], b) for b in range(2)])[:, None]
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def smooth_field(n, channels=3):
+    """``[1, channels, n, n]`` smooth fields on the ``n x n`` grid of the unit square."""
+    t = torch.linspace(0, 1, n, dtype=torch.float64)
+    x, y = torch.meshgrid(t, t, indexing="ij")
+    fields = [torch.sin(3 * x + 2 * c * y) + x * y**2 * (c + 1) for c in range(channels)]
+    return torch.stack(fields)[None]
+
+
+def test_cinns_on_a_finer_grid_reproduce_the_training_grid_with_grid_given():
+    # 43 = 2 x 21 + 1 and 85 = 4 x 21 + 1 nodes: the 22-node grid is nested in both
+    torch.manual_seed(0)
+    down, up = CiNNDown(3, 12).double().eval(), CiNNUp(12).double().eval()
+    with torch.no_grad():
+        z = down(smooth_field(22), (8, 8))
+        for n in (43, 85):
+            fine = down(smooth_field(n), (8, 8), grid=(22, 22))
+            torch.testing.assert_close(fine, z, atol=1e-12, rtol=0)
+            # without the training grid the convolutions see other stencils and middle grids
+            assert (down(smooth_field(n), (8, 8)) - z).abs().max() > 1e-2
+        y = up(z, (22, 22))
+        for n in (43, 85):
+            fine = up(z, (n, n), grid=(22, 22))
+            stride = (n - 1) // 21
+            torch.testing.assert_close(fine[..., ::stride, ::stride], y, atol=1e-12, rtol=0)
+            assert (up(z, (n, n))[..., ::stride, ::stride] - y).abs().max() > 1e-2
+
+
+def test_spectral_conv_on_a_finer_grid_uses_only_the_training_grids_modes():
+    # a 22-node axis has rfft modes -11..10 (first axis) and 0..11 (last): the weight of mode +11
+    # on the first axis is never trained there, and must not act on a finer grid
+    torch.manual_seed(0)
+    conv = SpectralConv(2, 2, 12, dim=2).double()
+    x = torch.randn(1, 2, 43, 43, dtype=torch.float64)
+    before, free = conv(x, grid=(22, 22)), conv(x)
+    with torch.no_grad():
+        conv.weight[0, :, :, 11] += 1.0  # corner of positive first-axis modes, mode 11
+    torch.testing.assert_close(conv(x, grid=(22, 22)), before, atol=1e-12, rtol=0)
+    assert (conv(x) - free).abs().max() > 1e-3
+    # on the training grid itself nothing changes
+    x22 = torch.randn(1, 2, 22, 22, dtype=torch.float64)
+    torch.testing.assert_close(conv(x22, grid=(22, 22)), conv(x22), atol=0, rtol=0)
+
+
+def test_spectral_conv_on_a_finer_grid_transforms_on_the_training_grid():
+    # the same non-periodic field on 22 and 43 nodes: the discrete transform's period (n h) and
+    # the modes kept differ between the grids, so the layer must transform on the training grid
+    torch.manual_seed(0)
+    conv = SpectralConv(3, 2, 12, dim=2).double()
+    coarse = conv(smooth_field(22))
+    for n in (43, 85):
+        stride = (n - 1) // 21
+        fine = conv(smooth_field(n), grid=(22, 22))[..., ::stride, ::stride]
+        torch.testing.assert_close(fine, coarse, atol=1e-12, rtol=0)
+        own = conv(smooth_field(n))[..., ::stride, ::stride]
+        assert (own - coarse).abs().max() > 1e-2 * coarse.abs().max()

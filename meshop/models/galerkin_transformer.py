@@ -61,6 +61,18 @@ class GalerkinTransformer(nn.Module):
       ``[features, coordinates]``. Global position-attention by default, local with ``quantile``
       or ``k``.
 
+    **Other grids than the training grid** (zero-shot super-resolution). The grid path is defined
+    on the training grid ``grid_shape``, recorded from the first batch the model sees in training
+    mode (or given). On any other grid of the same box the fine input is first interpolated onto
+    ``grid_shape`` (on a 2x or 4x finer grid that is its subsample), the coarse grid (default every
+    third node of ``grid_shape``) and the CiNNs' middle grids stay those of training, and the
+    regressor's spectral convolutions transform on ``grid_shape`` (interpolating there and back);
+    the last interpolation of the upsampling CiNN and the regressor's pointwise maps run on the new
+    grid. Every convolution thus keeps the stencils and Fourier modes it was trained with, whose
+    physical size and frequency a finer grid would otherwise change. On 1D grids (Burgers:
+    periodic, without the end node, so that the transform's period is the box on every grid) the
+    whole path runs on the input grid.
+
     Decoders: ``"spectral"`` is :class:`~meshop.nn.SpectralRegressor` (grids only; meshes use the
     MLP), ``"ffn"`` the pointwise MLP ``[d + m, d, d, out]``. Grid paths read node features as
     ``[B, C, *grid_shape]`` (C order, first axis slowest), so a batch holds grids of one shape.
@@ -99,8 +111,12 @@ class GalerkinTransformer(nn.Module):
         spectral_layers (int): spectral convolution layers.
         project (bool, optional): project to ``width`` before the spectral layers (2D default).
         coarse_shape (int or sequence, optional): the CiNN coarse grid (2D); default every third
-            node, ``ceil(n / 3)`` per axis. The paper: 43 for 141, 61 for 211 (forward Darcy), 36
-            for 141 and 71 for 211 (inverse).
+            node of the training grid, ``ceil(n / 3)`` per axis. The paper: 43 for 141, 61 for
+            211 (forward Darcy), 36 for 141 and 71 for 211 (inverse).
+        grid_shape (int or sequence, optional): the training grid of the grid path (nodes per
+            axis); None records the grid of the first batch seen in training mode (saved in
+            ``config``, hence in checkpoints). An untrained model without it treats every grid as
+            its own training grid.
         grid_dropout (float): dropout in the CiNNs. decoder_dropout (float): in the regressor.
         activation (str): activation of the CiNNs and decoders (SiLU in the paper).
         path (str): ``"auto"`` (grid path on domains with ``grid_shape`` in 1D/2D, mesh path
@@ -136,6 +152,7 @@ class GalerkinTransformer(nn.Module):
         spectral_layers: int = 2,
         project: bool | None = None,
         coarse_shape: int | Sequence[int] | None = None,
+        grid_shape: int | Sequence[int] | None = None,
         grid_dropout: float = 0.0,
         decoder_dropout: float = 0.0,
         activation: str = "silu",
@@ -168,6 +185,8 @@ class GalerkinTransformer(nn.Module):
         project = sizes["project"] if project is None else project
         if isinstance(coarse_shape, int):
             coarse_shape = (coarse_shape,) * pos_dim
+        if grid_shape is not None:
+            grid_shape = _grid_shape(grid_shape, pos_dim)
         self.config = dict(
             in_channels=in_channels,
             out_channels=out_channels,
@@ -188,6 +207,7 @@ class GalerkinTransformer(nn.Module):
             spectral_layers=spectral_layers,
             project=project,
             coarse_shape=tuple(coarse_shape) if coarse_shape is not None else None,
+            grid_shape=grid_shape,
             grid_dropout=grid_dropout,
             decoder_dropout=decoder_dropout,
             activation=activation,
@@ -330,16 +350,26 @@ class GalerkinTransformer(nn.Module):
             h = layer(h, pos, batch, weight)
         return h
 
+    def training_grid(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """The grid the grid path was trained on (``config["grid_shape"]``); in training mode the
+        first call records ``shape``; without a record (an untrained model) ``shape`` itself."""
+        if self.config["grid_shape"] is None:
+            if not self.training:
+                return tuple(shape)
+            self.config["grid_shape"] = tuple(int(n) for n in shape)
+        return self.config["grid_shape"]
+
     def _grid_forward(self, data: Data, x: Tensor) -> Tensor:
         shape, b = grid_shape_of(data), num_samples(data)
         pos = grid_tensor(data.pos, data)  # [B, m, *shape]
         weight = getattr(data, "weight", None)
+        grid = self.training_grid(shape)
         if self.pos_dim == 1:
             h = self._encode(self.lift(x), data.pos, node_batch(data), weight)
             h, out_shape, out_pos = grid_tensor(h, data), shape, pos
         else:
-            coarse = self.coarse_shape or divided_shape(shape, 3)
-            h = self.down(grid_tensor(x, data), coarse)  # [B, d, *coarse]
+            coarse = self.coarse_shape or divided_shape(grid, 3)
+            h = self.down(grid_tensor(x, data), coarse, grid)  # [B, d, *coarse]
             coarse_pos = interpolate_grid(pos, coarse)
             n_c = math.prod(coarse)
             batch = torch.arange(b, device=x.device).repeat_interleave(n_c)
@@ -350,9 +380,14 @@ class GalerkinTransformer(nn.Module):
             h = h.view(b, *coarse, -1).movedim(-1, 1)
             out_shape = shape if self.decoder == "spectral" else coarse
             out_pos = pos if self.decoder == "spectral" else coarse_pos
-            h = self.up(h, out_shape)
+            # the spectral decoder's middle grid is that of training; the FFN's output grid is the
+            # coarse grid itself, whatever the input grid
+            h = self.up(h, out_shape, grid if self.decoder == "spectral" else None)
         if self.decoder == "spectral":
-            out = self.regressor(h, out_pos)
+            # 2D grids include both ends of a non-periodic box: transform on the training grid.
+            # 1D grids (Burgers) are periodic without the end node: the transform's period is the
+            # box on every grid, and each grid has its own box, so the regressor stays on it
+            out = self.regressor(h, out_pos, grid if self.pos_dim == 2 else None)
         else:
             out = self.head(torch.cat([h, out_pos], dim=1).movedim(1, -1)).movedim(-1, 1)
         if getattr(data, "query_pos", None) is None and tuple(out_shape) == shape:
@@ -379,6 +414,17 @@ class GalerkinTransformer(nn.Module):
             f"heads={c['heads']}, layers={c['layers']}, decoder={c['decoder']!r}, "
             f"path={c['path']!r}"
         )
+
+
+def _grid_shape(shape: int | Sequence[int], pos_dim: int) -> tuple[int, ...]:
+    """``grid_shape`` as a tuple of ``pos_dim`` node counts, each at least 2."""
+    shape = (shape,) * pos_dim if isinstance(shape, int) else tuple(shape)
+    if len(shape) != pos_dim or any(int(n) != n or n < 2 for n in shape):
+        raise ConfigError(
+            f"grid_shape must give {pos_dim} node count(s) of at least 2 (the training grid, "
+            f"e.g. {(22,) * pos_dim}); got {shape}"
+        )
+    return tuple(int(n) for n in shape)
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:

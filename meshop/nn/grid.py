@@ -103,6 +103,13 @@ class CiNNDown(nn.Module):
     followed by dropout and the activation. The coarse-grid coordinates are appended afterwards, by
     the attention layers of the encoder.
 
+    **Other resolutions.** A 3x3 stencil spans two grid spacings, so a convolution learned on one
+    grid computes something else on a finer one. Given ``grid``, the fine grid the layer was
+    trained on, an input on any other grid is first interpolated onto ``grid`` (bilinear,
+    ``align_corners=True``: on a grid nested in the input, exactly its subsample) and the middle
+    grid is :math:`n_m(\mathtt{grid}, n_c)`: every convolution then sees the stencils and grids of
+    training, and the output depends on the input grid only through the sampling of the field.
+
     Args:
         in_channels (int): input channels (fields, coordinates and parameters on the fine grid).
         channels (int): output channels :math:`d` (the encoder width).
@@ -111,7 +118,8 @@ class CiNNDown(nn.Module):
         residual (bool): add the skip connection :math:`\mathbf{u}_0`.
 
     Shapes:
-        - input: ``[B, in_channels, H, W]`` and the coarse ``size`` ``(h, w)``
+        - input: ``[B, in_channels, H, W]``, the coarse ``size`` ``(h, w)`` and optionally the
+          training ``grid`` ``(H_0, W_0)``
         - output: ``[B, channels, h, w]``
     """
 
@@ -139,8 +147,10 @@ class CiNNDown(nn.Module):
         for block in (self.lift, *self.convs):
             block[0].reset_parameters()
 
-    def forward(self, x: Tensor, size: Sequence[int]) -> Tensor:
+    def forward(self, x: Tensor, size: Sequence[int], grid: Sequence[int] | None = None) -> Tensor:
         _check_2d(x, "CiNNDown")
+        if grid is not None:
+            x = interpolate_grid(x, grid)
         u0 = interpolate_grid(self.lift(x), middle_shape(x.shape[2:], size))
         stack, u = [], u0
         for conv in self.convs:
@@ -166,7 +176,10 @@ class CiNNUp(nn.Module):
     bilinear interpolations (``align_corners=True``) from the coarse grid to the middle grid
     :math:`n_m \approx \sqrt{n_f n_c}` and on to the fine grid, one 3x3 convolution
     :math:`d \to d` (no bias, dropout, activation) in between with its skip connection. The
-    fine-grid coordinates are appended afterwards, by the regressor.
+    fine-grid coordinates are appended afterwards, by the regressor. Given ``grid``, the fine grid
+    the layer was trained on, the middle grid is :math:`n_m(\mathtt{grid}, n_c)` whatever the
+    output grid, so that the convolution runs on the grid it was trained on; only the last
+    interpolation depends on the output grid.
 
     Args:
         channels (int): channels :math:`d` in and out.
@@ -175,7 +188,8 @@ class CiNNUp(nn.Module):
         residual (bool): add the skip connection :math:`\mathbf{u}`.
 
     Shapes:
-        - input: ``[B, channels, h, w]`` and the fine ``size`` ``(H, W)``
+        - input: ``[B, channels, h, w]``, the fine ``size`` ``(H, W)`` and optionally the
+          training ``grid`` ``(H_0, W_0)``
         - output: ``[B, channels, H, W]``
     """
 
@@ -190,9 +204,9 @@ class CiNNUp(nn.Module):
     def reset_parameters(self) -> None:
         self.conv[0].reset_parameters()
 
-    def forward(self, x: Tensor, size: Sequence[int]) -> Tensor:
+    def forward(self, x: Tensor, size: Sequence[int], grid: Sequence[int] | None = None) -> Tensor:
         _check_2d(x, "CiNNUp")
-        u = interpolate_grid(x, middle_shape(size, x.shape[2:]))
+        u = interpolate_grid(x, middle_shape(size if grid is None else grid, x.shape[2:]))
         y = self.conv(u)
         return interpolate_grid(y + u if self.residual else y, size)
 
@@ -217,6 +231,16 @@ class SpectralConv(nn.Module):
     weights are stored as real pairs, so ``numel`` counts a complex entry as two parameters (the
     convention of Table 5).
 
+    **Other resolutions.** Given ``grid``, the grid the layer was trained on, an input on another
+    grid is interpolated onto ``grid`` ((bi)linear, ``align_corners=True``), transformed there,
+    and the result interpolated back. The grids include both ends of the box, so the discrete
+    transform's period is :math:`n h`, which changes with the grid, and a non-periodic field's
+    periodic extension jumps at the border; a coarse training grid also keeps nearly all of its
+    modes (12 modes on a 22-node axis, which has 11), so the trained weights act on its whole
+    spectrum, aliases and jump included. On a finer grid the same mode indices would be other
+    frequencies and the rest of the spectrum would be cut; on ``grid`` the layer stays the one
+    that was trained (and weights of modes ``grid`` lacks never act).
+
     Args:
         in_channels (int): input channels.
         out_channels (int): output channels.
@@ -224,7 +248,7 @@ class SpectralConv(nn.Module):
         dim (int): number of grid axes (1, 2 or 3); taken from ``modes`` when it is a sequence.
 
     Shapes:
-        - input: ``[B, in_channels, *shape]``
+        - input: ``[B, in_channels, *shape]`` and optionally the training ``grid``
         - output: ``[B, out_channels, *shape]``
     """
 
@@ -244,8 +268,11 @@ class SpectralConv(nn.Module):
         with torch.no_grad():
             self.weight.uniform_(0.0, 1.0 / (self.in_channels * self.out_channels))
 
-    def forward(self, x: Tensor) -> Tensor:
-        shape, dim = tuple(x.shape[2:]), len(self.modes)
+    def forward(self, x: Tensor, grid: Sequence[int] | None = None) -> Tensor:
+        shape = tuple(x.shape[2:])
+        if grid is not None and tuple(int(n) for n in grid) != shape:
+            return interpolate_grid(self(interpolate_grid(x, grid)), shape)
+        dim = len(self.modes)
         axes = tuple(range(-dim, 0))
         x_ft = torch.fft.rfftn(x, dim=axes)
         kept = [min(m, n // 2) for m, n in zip(self.modes[:-1], shape[:-1])]
@@ -303,7 +330,8 @@ class SpectralRegressor(nn.Module):
         dropout (float): dropout after each spectral layer (training only).
 
     Shapes:
-        - input: features ``[B, in_channels, *shape]``, coordinates ``[B, pos_dim, *shape]``
+        - input: features ``[B, in_channels, *shape]``, coordinates ``[B, pos_dim, *shape]``,
+          optionally the training ``grid`` (passed to the spectral layers)
         - output: ``[B, out_channels, *shape]``
     """
 
@@ -345,12 +373,12 @@ class SpectralRegressor(nn.Module):
             if module is not None:
                 module.reset_parameters()
 
-    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
+    def forward(self, x: Tensor, pos: Tensor, grid: Sequence[int] | None = None) -> Tensor:
         v = torch.cat([x, pos], dim=1)
         if self.lin_in is not None:
             v = _pointwise(self.lin_in, v)
         for conv, lin in zip(self.convs, self.lins):
-            v = self.dropout(self.act(conv(v) + _pointwise(lin, v)))
+            v = self.dropout(self.act(conv(v, grid) + _pointwise(lin, v)))
         return _pointwise(self.head, v)
 
     def __repr__(self) -> str:

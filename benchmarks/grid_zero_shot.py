@@ -1,0 +1,122 @@
+"""Zero-shot super-resolution of the Galerkin / Fourier Transformer's 2D grid path, stage by stage.
+
+    python benchmarks/grid_zero_shot.py runs/accuracy/darcy-galerkin
+
+Evaluates a checkpoint trained on a grid dataset (Darcy) on its test fields at the training grid
+and at the 2x and 4x finer grids that sample the same fields, with the grid path's choices that
+could follow the input grid taken, one more per row, from the training grid instead:
+
+- ``coarse``: the encoder's coarse grid (by default every third node of the grid);
+- ``middle``: the middle grids of the two CiNNs (``round(sqrt(n_f n_c))`` per axis);
+- ``stencil``: the 3x3 convolution on the fine grid, run on the input interpolated onto the
+  training grid (on nested finer grids: its subsample);
+- ``spectral``: the regressor's spectral convolutions transform on the training grid
+  (interpolating there and back), so that their modes are the frequencies they were trained on.
+
+The first row takes every grid as its own training grid; the last row is the model's own forward.
+The checkpoint may predate the recorded ``grid_shape``: the training grid is then read from the
+checkpoint's dataset options (``--grid`` overrides both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+STAGES = ("coarse", "middle", "stencil", "spectral")
+
+
+class StagedGridPath(nn.Module):
+    """The 2D grid path of a :class:`~meshop.models.GalerkinTransformer` (spectral decoder) with
+    the ``fixed`` stages taken on the training grid ``grid`` and the others on the input grid."""
+
+    def __init__(self, model: nn.Module, grid: Sequence[int], fixed: Sequence[str]):
+        super().__init__()
+        unknown = set(fixed) - set(STAGES)
+        if unknown:
+            raise ValueError(f"unknown stages {sorted(unknown)}; choose from {STAGES}")
+        if model.pos_dim != 2 or model.decoder != "spectral" or model.down is None:
+            raise ValueError("the staged grid path covers 2D grid models with the spectral decoder")
+        self.model, self.grid, self.fixed = model, tuple(grid), set(fixed)
+
+    def forward(self, data) -> Tensor:
+        from meshop._pyg import scatter
+        from meshop.data.batching import grid_shape_of, node_batch, node_features, num_samples
+        from meshop.data.latent import coarse_shape
+        from meshop.nn.grid import grid_tensor, interpolate_grid, middle_shape, node_tensor
+
+        m, fixed = self.model, self.fixed
+        shape, b = grid_shape_of(data), num_samples(data)
+        pos = grid_tensor(data.pos, data)
+        coarse = m.coarse_shape or coarse_shape(self.grid if "coarse" in fixed else shape, 3)
+        x = grid_tensor(node_features(data), data)
+        if "stencil" in fixed:
+            x = interpolate_grid(x, self.grid)
+        fine = tuple(x.shape[2:])
+        # CiNNDown with its middle grid from the training grid or from the grid it convolves
+        u0 = m.down.lift(x)
+        u0 = interpolate_grid(u0, middle_shape(self.grid if "middle" in fixed else fine, coarse))
+        stack, u = [], u0
+        for conv in m.down.convs:
+            u = conv(u)
+            stack.append(u)
+        h = interpolate_grid(torch.cat(stack, dim=1) + u0, coarse)
+        coarse_pos = interpolate_grid(pos, coarse)
+        n_c = math.prod(coarse)
+        batch = torch.arange(b, device=h.device).repeat_interleave(n_c)
+        measure = scatter(data.weight, node_batch(data), dim=0, dim_size=b, reduce="sum")
+        h = m._encode(node_tensor(h), node_tensor(coarse_pos), batch, (measure / n_c)[batch])
+        h = h.view(b, *coarse, -1).movedim(-1, 1)
+        h = m.up(h, shape, self.grid if "middle" in fixed else None)
+        out = m.regressor(h, pos, self.grid if "spectral" in fixed else None)
+        return node_tensor(out)
+
+
+def training_grid(ckpt: dict, model: nn.Module) -> tuple[int, ...]:
+    """The recorded training grid, else the checkpoint dataset's ``resolution`` per axis."""
+    recorded = model.config.get("grid_shape")
+    if recorded is not None:
+        return tuple(recorded)
+    resolution = ckpt["data"].get("dataset_args", {}).get("resolution")
+    if resolution is None:
+        raise SystemExit("the checkpoint records no training grid: give it with --grid")
+    return (int(resolution),) * model.pos_dim
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", help="run folder or checkpoint of a grid-path model")
+    parser.add_argument("--data-dir", default=None, help="data root (default: the run's)")
+    parser.add_argument("--grid", type=int, default=None, help="training grid nodes per axis")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from meshop.train import load_model
+    from meshop.train.metrics import per_sample_errors
+    from meshop.train.normalized import NormalizedModel
+    from meshop.train.run import _test_split
+
+    wrapped, ckpt = load_model(args.checkpoint)
+    model = wrapped.model
+    grid = (args.grid,) * model.pos_dim if args.grid else training_grid(ckpt, model)
+    n = grid[0]
+    resolutions = [n, 2 * (n - 1) + 1, 4 * (n - 1) + 1]
+    tests = {r: _test_split(ckpt, args.data_dir, {"resolution": r}) for r in resolutions}
+    head = ["grid path on the training grid", *(f"{r}x{r}" for r in resolutions), "2x / 4x ratio"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for k in range(len(STAGES) + 1):
+        staged = NormalizedModel(StagedGridPath(model, grid, STAGES[:k]), wrapped.normalizers)
+        with torch.no_grad():
+            errors = [float(per_sample_errors(staged, tests[r], 10).mean()) for r in resolutions]
+        name = " + ".join(STAGES[:k]) or "nothing (every grid its own)"
+        ratios = f"{errors[1] / errors[0]:.2f} / {errors[2] / errors[0]:.2f}"
+        print(f"| {name} | " + " | ".join(f"{e:.4f}" for e in errors) + f" | {ratios} |")
+
+
+if __name__ == "__main__":
+    main()
