@@ -117,9 +117,24 @@ def trial(args) -> dict:
     }
 
 
+INTRO = """# Preset trials on the mesh datasets
+
+Every trial of `benchmarks/tune.py`: one model trained on one dataset (200 training / 50 test
+samples, seed 0, one thread) for the epochs given, with the settings listed over the preset of
+the time. The budgets are in epochs, so a trial reruns exactly; the training times were measured
+while other jobs shared the 2-core machine (load: the one-minute load average at the start), so
+they are longer than alone. Before these trials the presets were: PiT batch 8, lr 1e-3, no
+clipping on Elasticity and Airfoil, lr 3e-3 on DarcyMesh (batch 2); the Galerkin Transformer at
+the paper's 2D size (width 128, 6 layers, both paths built) and ONO at width 128 with 8 layers.
+The presets now hold the best settings found (`meshop/train/presets.py`), so a row of a setting
+that became the preset reruns as `preset` today. Regenerate this page with
+`python benchmarks/tune.py --table > benchmarks/results/tuning.md`.
+"""
+
+
 def table(path: Path) -> str:
     trials = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    parts = []
+    parts = [INTRO]
     for dataset, model in dict.fromkeys((t["dataset"], t["model"]) for t in trials):
         rows = [
             [

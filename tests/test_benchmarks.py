@@ -258,3 +258,27 @@ def test_grid_zero_shot_stages_run_from_the_old_grid_path_to_the_models_forward(
         torch.testing.assert_close(every_stage, trained(batch), atol=1e-6, rtol=0)
         torch.testing.assert_close(no_stage, unrecorded(batch), atol=1e-6, rtol=0)
         assert (every_stage - no_stage).abs().max() > 1e-4  # so the two checks differ
+
+
+def test_tune_reads_settings_and_tabulates_trials(tmp_path):
+    tune = script("tune")
+    chosen = tune.settings(["train.lr=3e-3", "model.path=mesh", "dataset.num_train=10"])
+    assert chosen == {
+        "train": {"lr": 0.003},
+        "model": {"path": "mesh"},
+        "dataset": {"num_train": 10},
+    }
+    for bad in ("lr=3e-3", "optim.lr=1", "train.lr"):
+        with pytest.raises(SystemExit, match="PART.KEY=VALUE"):
+            tune.settings([bad])
+    trial = dict(dataset="elasticity", model="pit", epochs=3, parameters=1000, train_seconds=9.4)
+    trials = [
+        {**trial, "settings": [], "test_rel_l2": 0.5, "load_average": 1.0},
+        {**trial, "settings": ["train.lr=5e-3"], "test_rel_l2": 0.25, "load_average": 2.0},
+    ]
+    log = tmp_path / "tuning.jsonl"
+    log.write_text("".join(json.dumps(t) + "\n" for t in trials))
+    text = tune.table(log)
+    assert "## PiT on elasticity" in text
+    assert "| preset | 3 | 1,000 | 0.5000 | 9 s | 1.0 |" in text
+    assert "| train.lr=5e-3 | 3 | 1,000 | 0.2500 | 9 s | 2.0 |" in text
