@@ -9,6 +9,7 @@ that reach the mutated function.
     python scripts/mutate.py                  # every target below (slow: tens of minutes)
     python scripts/mutate.py losses metrics   # some of them
     python scripts/mutate.py --list           # the targets
+    python scripts/mutate.py trainer --time-limit 900   # stop after 15 minutes, count what ran
     make mutate TARGETS="losses"              # the same, installing mutmut into .venv first
 
 Prints, per target, the number of mutants, killed, survived (and timeouts, suspicious), the run
@@ -22,6 +23,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -70,6 +72,8 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         ["tests/test_galerkin_transformer.py"],
     ),
     "registry": ("meshop/models/registry.py", ["tests/test_train_registry.py"]),
+    "ono": ("meshop/models/ono.py", ["tests/test_ono.py"]),
+    "transolver": ("meshop/models/transolver.py", ["tests/test_transolver.py"]),
 }
 SUMMARY = re.compile(r"(killed|survived|timeout|suspicious|no tests|skipped)", re.I)
 
@@ -120,15 +124,44 @@ def write_config(dest: Path, module: str, tests: list[str]) -> None:
     (dest / "setup.cfg").write_text("\n".join(lines) + "\n")
 
 
-def mutmut(dest: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _env() -> dict[str, str]:
     # the mutated copy must be the meshop that tests import: no checkout of it on the path
     path = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     path = [p for p in path if p and not (Path(p) / "meshop").is_dir()]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(path)}
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(path)}
+
+
+def mutmut(dest: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     exe = [sys.executable, "-m", "mutmut"]
     return subprocess.run(
-        [*exe, *args], cwd=dest, env=env, check=check, capture_output=True, text=True
+        [*exe, *args], cwd=dest, env=_env(), check=check, capture_output=True, text=True
     )
+
+
+def mutmut_run(dest: Path, max_children: int, time_limit: float | None) -> tuple[int, str]:
+    """``mutmut run``; after ``time_limit`` seconds it is stopped (with its workers) and the
+    mutants it did not reach count as "not checked". Returns (exit status, its output's tail)."""
+    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)]
+    run = subprocess.Popen(
+        command,
+        cwd=dest,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: stopped with every worker it forked
+    )
+    try:
+        out, _ = run.communicate(timeout=time_limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGTERM)
+        try:
+            out, _ = run.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            out, _ = run.communicate()
+        return 0, out[-3000:]
+    return run.returncode, out[-3000:]
 
 
 def results(dest: Path) -> dict[str, list[str]]:
@@ -143,15 +176,15 @@ def results(dest: Path) -> dict[str, list[str]]:
     return by_status
 
 
-def run_target(name: str, max_children: int) -> dict:
+def run_target(name: str, max_children: int, time_limit: float | None = None) -> dict:
     module, tests = TARGETS[name]
     start = time.perf_counter()
     dest = scratch_copy(name)
     write_config(dest, module, tests)
-    run = mutmut(dest, "run", "--max-children", str(max_children), check=False)
-    if run.returncode != 0:
-        print(run.stdout[-3000:], run.stderr[-3000:], sep="\n", file=sys.stderr)
-        raise SystemExit(f"mutmut failed on target {name} (exit status {run.returncode})")
+    status, output = mutmut_run(dest, max_children, time_limit)
+    if status != 0:
+        print(output, file=sys.stderr)
+        raise SystemExit(f"mutmut failed on target {name} (exit status {status})")
     by_status = results(dest)
     seconds = time.perf_counter() - start
     counts = {status: len(names) for status, names in sorted(by_status.items())}
@@ -169,6 +202,12 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--max-children", type=int, default=2, help="mutants tested in parallel (default 2)"
     )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="stop a target's run after this many seconds (its unreached mutants: not checked)",
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name, (module, tests) in TARGETS.items():
@@ -178,7 +217,7 @@ def main(argv=None) -> None:
     if unknown:
         raise SystemExit(f"unknown target(s) {unknown}; choose from {list(TARGETS)}")
     for name in args.targets or list(TARGETS):
-        run_target(name, args.max_children)
+        run_target(name, args.max_children, args.time_limit)
 
 
 if __name__ == "__main__":
