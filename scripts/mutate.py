@@ -58,14 +58,14 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
     "optim": ("meshop/train/optim.py", ["tests/test_train.py", "tests/test_presets.py"]),
     "normalized": (
         "meshop/train/normalized.py",
-        ["tests/test_train.py", "tests/test_predict_values.py"],
+        ["tests/test_train.py", "tests/test_predict_values.py", "tests/test_normalized.py"],
     ),
     "inference": ("meshop/train/inference.py", ["tests/test_predict_values.py"]),
     "pit": ("meshop/models/pit.py", ["tests/test_pit.py", "tests/test_pit_reference.py"]),
     "mlp_baseline": ("meshop/models/mlp_baseline.py", ["tests/test_train.py"]),
     "grid": (
         "meshop/nn/grid.py",
-        ["tests/test_grid_layers.py", "tests/test_grid_decoder.py"],
+        ["tests/test_grid_layers.py", "tests/test_grid_decoder.py", "tests/test_grid_options.py"],
     ),
     "galerkin_transformer": (
         "meshop/models/galerkin_transformer.py",
