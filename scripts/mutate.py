@@ -54,7 +54,10 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         "meshop/train/trainer.py",
         ["tests/test_train.py", "tests/test_resume.py", "tests/test_metrics.py"],
     ),
-    "checkpoint": ("meshop/train/checkpoint.py", ["tests/test_train.py", "tests/test_resume.py"]),
+    "checkpoint": (
+        "meshop/train/checkpoint.py",
+        ["tests/test_train.py", "tests/test_resume.py", "tests/test_checkpoint.py"],
+    ),
     "optim": ("meshop/train/optim.py", ["tests/test_train.py", "tests/test_presets.py"]),
     "normalized": (
         "meshop/train/normalized.py",
