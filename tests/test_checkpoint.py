@@ -78,3 +78,10 @@ def test_rebuilt_models_get_their_normaliser_kinds_and_misfits_are_named():
         r"version: Error\(s\) in loading state_dict",
     ):
         checkpoint.build_from_checkpoint(saved)
+
+
+def test_a_checkpoint_from_a_newer_format_asks_for_an_update(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"format": checkpoint.FORMAT, "version": checkpoint.VERSION + 1}, path)
+    with pytest.raises(MeshReadError, match=r"has format version 2; this meshop reads up to 1"):
+        checkpoint.load(path)
