@@ -20,6 +20,7 @@ as a diff. Exit status 0 whatever survives: surviving mutants are to be read, no
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -52,7 +53,12 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
     "metrics": ("meshop/train/metrics.py", ["tests/test_metrics.py", "tests/test_train.py"]),
     "trainer": (
         "meshop/train/trainer.py",
-        ["tests/test_train.py", "tests/test_resume.py", "tests/test_metrics.py"],
+        [
+            "tests/test_train.py",
+            "tests/test_resume.py",
+            "tests/test_metrics.py",
+            "tests/test_trainer.py",
+        ],
     ),
     "checkpoint": (
         "meshop/train/checkpoint.py",
@@ -141,30 +147,51 @@ def mutmut(dest: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
     )
 
 
+def _meta_files(dest: Path) -> dict[Path, str]:
+    """mutmut's per-module results (``mutants/**/*.meta``) that are complete JSON now."""
+    found = {}
+    for path in (dest / "mutants").rglob("*.meta"):
+        try:
+            text = path.read_text()
+            json.loads(text)
+        except (OSError, ValueError):
+            continue
+        found[path] = text
+    return found
+
+
 def mutmut_run(dest: Path, max_children: int, time_limit: float | None) -> tuple[int, str]:
     """``mutmut run``; after ``time_limit`` seconds it is stopped (with its workers) and the
-    mutants it did not reach count as "not checked". Returns (exit status, its output's tail)."""
+    mutants it did not reach count as "not checked". mutmut rewrites its result files after every
+    mutant, so a stop can cut one short: the last complete copy of each is put back. Returns (exit
+    status, the tail of its output, which is also in ``.mutmut/NAME/mutmut-run.log``)."""
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)]
-    run = subprocess.Popen(
-        command,
-        cwd=dest,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group: stopped with every worker it forked
-    )
-    try:
-        out, _ = run.communicate(timeout=time_limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(run.pid, signal.SIGTERM)
-        try:
-            out, _ = run.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(run.pid, signal.SIGKILL)
-            out, _ = run.communicate()
-        return 0, out[-3000:]
-    return run.returncode, out[-3000:]
+    log = dest / "mutmut-run.log"
+    deadline = None if time_limit is None else time.monotonic() + time_limit
+    complete: dict[Path, str] = {}
+    with open(log, "w") as out:
+        run = subprocess.Popen(
+            command,
+            cwd=dest,
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stopped with every worker it forked
+        )
+        status = None
+        while status is None:
+            try:
+                status = run.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                complete.update(_meta_files(dest))
+                if deadline is not None and time.monotonic() > deadline:
+                    os.killpg(run.pid, signal.SIGKILL)
+                    run.wait()
+                    status = 0
+                    for path, text in complete.items():
+                        if path not in _meta_files(dest):
+                            path.write_text(text)
+    return status, log.read_text()[-3000:]
 
 
 def results(dest: Path) -> dict[str, list[str]]:
