@@ -33,19 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".mutmut"
 
-# Measured with mutmut 3.8.1 on the 2-core development machine, shared with other jobs (run time
-# under load): `python scripts/mutate.py losses --max-children 1`: 315 mutants, 248 killed,
-# 67 survived, 1251 s; `python scripts/mutate.py pit grid --max-children 2`: pit 259 mutants, 215
-# killed, 31 survived, 13 without tests, 1230 s; grid 548 mutants, 468 killed, 74 survived, 6
-# without tests, 1345 s. Tests were then added for the survivors of losses and pit. Survivors
-# left as equivalent (no test can tell them apart):
-# - ``device=...`` / ``dtype=...`` arguments dropped: the same tensors on the CPU in float32;
-# - scatter's ``dim=0`` / ``reduce="sum"`` dropped: its defaults; ``dim_size`` dropped in the H1
-#   seminorm: a grid or triangle sample always has nodes; ``sum(-1)`` -> ``sum(+1)`` on 2D tensors;
-# - ``ref + eps`` -> ``ref - eps`` (eps = 1e-12), ``energy + ...`` -> ``energy - ...`` in the grid
-#   H1 energy (the sign cancels in the ratio), ``0.5 * det`` -> ``1.5 * det`` (a common factor of
-#   both seminorms), ``face[0]`` -> ``face[1]`` (the nodes of a face share a sample);
-# - error-message text wrapped in "XX" (the messages are matched by their words).
+# The measured runs (counts, run times) and the kinds of survivors left as equivalent, with why:
+# docs/development.md, section "Mutation testing".
 
 #: name -> (module to mutate, the test files that exercise it)
 TARGETS: dict[str, tuple[str, list[str]]] = {

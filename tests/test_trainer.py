@@ -60,6 +60,9 @@ def test_seed_everything_seeds_torch_numpy_and_random():
     assert torch.equal(drawn[0], torch.rand(2))
     assert np.array_equal(drawn[1], np.random.rand(2))  # noqa: NPY002
     assert drawn[2] == random.random()
+    np.random.seed(5)  # noqa: NPY002 (the generators seed_everything seeds, seeded directly)
+    random.seed(5)
+    assert np.array_equal(drawn[1], np.random.rand(2)) and drawn[2] == random.random()  # noqa: NPY002
     seed_everything(2**32 + 5)  # numpy's seeds stop at 2**32: the same numpy draws
     assert np.array_equal(drawn[1], np.random.rand(2))  # noqa: NPY002
 
@@ -111,3 +114,16 @@ def test_each_process_resumes_its_own_generator_states(tmp_path):
         drawn = torch.rand(3)
         torch.manual_seed(expected)
         assert torch.equal(drawn, torch.rand(3)), rank
+
+
+def test_train_writes_its_run_with_meta_and_resumes_only_when_asked(tmp_path):
+    data = toy_samples(4), toy_samples(2, 1)
+    _, first = train(tiny_model(), *data, quiet(epochs=1), tmp_path, meta={"dataset": "toy"})
+    saved = checkpoint.load(tmp_path)
+    assert saved["data"]["dataset"] == "toy" and saved["epoch"] == 1
+    _, last = train(tiny_model(1), *data, quiet(epochs=2), tmp_path, resume=True)
+    history = checkpoint.load(tmp_path)["history"]
+    assert [row["epoch"] for row in history] == [1, 2]
+    assert history[0] == first and history[1] == last
+    train(tiny_model(), *data, quiet(epochs=1), tmp_path)  # a new run over the old one
+    assert [row["epoch"] for row in checkpoint.load(tmp_path)["history"]] == [1]
