@@ -69,7 +69,10 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         "meshop/models/galerkin_transformer.py",
         ["tests/test_galerkin_transformer.py"],
     ),
-    "registry": ("meshop/models/registry.py", ["tests/test_train_registry.py"]),
+    "registry": (
+        "meshop/models/registry.py",
+        ["tests/test_train_registry.py", "tests/test_registry_errors.py"],
+    ),
     "ono": ("meshop/models/ono.py", ["tests/test_ono.py"]),
     "transolver": ("meshop/models/transolver.py", ["tests/test_transolver.py"]),
 }
