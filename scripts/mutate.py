@@ -67,7 +67,7 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
     ),
     "galerkin_transformer": (
         "meshop/models/galerkin_transformer.py",
-        ["tests/test_galerkin_transformer.py"],
+        ["tests/test_galerkin_transformer.py", "tests/test_galerkin_presets.py"],
     ),
     "registry": (
         "meshop/models/registry.py",
