@@ -9,6 +9,7 @@ that reach the mutated function.
     python scripts/mutate.py                  # every target below (slow: tens of minutes)
     python scripts/mutate.py losses metrics   # some of them
     python scripts/mutate.py --list           # the targets
+    python scripts/mutate.py trainer --time-limit 900   # stop after 15 minutes, count what ran
     make mutate TARGETS="losses"              # the same, installing mutmut into .venv first
 
 Prints, per target, the number of mutants, killed, survived (and timeouts, suspicious), the run
@@ -19,9 +20,11 @@ as a diff. Exit status 0 whatever survives: surviving mutants are to be read, no
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -30,19 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".mutmut"
 
-# Measured with mutmut 3.8.1 on the 2-core development machine, shared with other jobs (run time
-# under load): `python scripts/mutate.py losses --max-children 1`: 315 mutants, 248 killed,
-# 67 survived, 1251 s; `python scripts/mutate.py pit grid --max-children 2`: pit 259 mutants, 215
-# killed, 31 survived, 13 without tests, 1230 s; grid 548 mutants, 468 killed, 74 survived, 6
-# without tests, 1345 s. Tests were then added for the survivors of losses and pit. Survivors
-# left as equivalent (no test can tell them apart):
-# - ``device=...`` / ``dtype=...`` arguments dropped: the same tensors on the CPU in float32;
-# - scatter's ``dim=0`` / ``reduce="sum"`` dropped: its defaults; ``dim_size`` dropped in the H1
-#   seminorm: a grid or triangle sample always has nodes; ``sum(-1)`` -> ``sum(+1)`` on 2D tensors;
-# - ``ref + eps`` -> ``ref - eps`` (eps = 1e-12), ``energy + ...`` -> ``energy - ...`` in the grid
-#   H1 energy (the sign cancels in the ratio), ``0.5 * det`` -> ``1.5 * det`` (a common factor of
-#   both seminorms), ``face[0]`` -> ``face[1]`` (the nodes of a face share a sample);
-# - error-message text wrapped in "XX" (the messages are matched by their words).
+# The measured runs (counts, run times) and the kinds of survivors left as equivalent, with why:
+# docs/development.md, section "Mutation testing".
 
 #: name -> (module to mutate, the test files that exercise it)
 TARGETS: dict[str, tuple[str, list[str]]] = {
@@ -50,26 +42,39 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
     "metrics": ("meshop/train/metrics.py", ["tests/test_metrics.py", "tests/test_train.py"]),
     "trainer": (
         "meshop/train/trainer.py",
-        ["tests/test_train.py", "tests/test_resume.py", "tests/test_metrics.py"],
+        [
+            "tests/test_train.py",
+            "tests/test_resume.py",
+            "tests/test_metrics.py",
+            "tests/test_trainer.py",
+        ],
     ),
-    "checkpoint": ("meshop/train/checkpoint.py", ["tests/test_train.py", "tests/test_resume.py"]),
+    "checkpoint": (
+        "meshop/train/checkpoint.py",
+        ["tests/test_train.py", "tests/test_resume.py", "tests/test_checkpoint.py"],
+    ),
     "optim": ("meshop/train/optim.py", ["tests/test_train.py", "tests/test_presets.py"]),
     "normalized": (
         "meshop/train/normalized.py",
-        ["tests/test_train.py", "tests/test_predict_values.py"],
+        ["tests/test_train.py", "tests/test_predict_values.py", "tests/test_normalized.py"],
     ),
     "inference": ("meshop/train/inference.py", ["tests/test_predict_values.py"]),
     "pit": ("meshop/models/pit.py", ["tests/test_pit.py", "tests/test_pit_reference.py"]),
     "mlp_baseline": ("meshop/models/mlp_baseline.py", ["tests/test_train.py"]),
     "grid": (
         "meshop/nn/grid.py",
-        ["tests/test_grid_layers.py", "tests/test_grid_decoder.py"],
+        ["tests/test_grid_layers.py", "tests/test_grid_decoder.py", "tests/test_grid_options.py"],
     ),
     "galerkin_transformer": (
         "meshop/models/galerkin_transformer.py",
-        ["tests/test_galerkin_transformer.py"],
+        ["tests/test_galerkin_transformer.py", "tests/test_galerkin_presets.py"],
     ),
-    "registry": ("meshop/models/registry.py", ["tests/test_train_registry.py"]),
+    "registry": (
+        "meshop/models/registry.py",
+        ["tests/test_train_registry.py", "tests/test_registry_errors.py"],
+    ),
+    "ono": ("meshop/models/ono.py", ["tests/test_ono.py"]),
+    "transolver": ("meshop/models/transolver.py", ["tests/test_transolver.py"]),
 }
 SUMMARY = re.compile(r"(killed|survived|timeout|suspicious|no tests|skipped)", re.I)
 
@@ -120,15 +125,65 @@ def write_config(dest: Path, module: str, tests: list[str]) -> None:
     (dest / "setup.cfg").write_text("\n".join(lines) + "\n")
 
 
-def mutmut(dest: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _env() -> dict[str, str]:
     # the mutated copy must be the meshop that tests import: no checkout of it on the path
     path = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     path = [p for p in path if p and not (Path(p) / "meshop").is_dir()]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(path)}
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(path)}
+
+
+def mutmut(dest: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     exe = [sys.executable, "-m", "mutmut"]
     return subprocess.run(
-        [*exe, *args], cwd=dest, env=env, check=check, capture_output=True, text=True
+        [*exe, *args], cwd=dest, env=_env(), check=check, capture_output=True, text=True
     )
+
+
+def _meta_files(dest: Path) -> dict[Path, str]:
+    """mutmut's per-module results (``mutants/**/*.meta``) that are complete JSON now."""
+    found = {}
+    for path in (dest / "mutants").rglob("*.meta"):
+        try:
+            text = path.read_text()
+            json.loads(text)
+        except (OSError, ValueError):
+            continue
+        found[path] = text
+    return found
+
+
+def mutmut_run(dest: Path, max_children: int, time_limit: float | None) -> tuple[int, str]:
+    """``mutmut run``; after ``time_limit`` seconds it is stopped (with its workers) and the
+    mutants it did not reach count as "not checked". mutmut rewrites its result files after every
+    mutant, so a stop can cut one short: the last complete copy of each is put back. Returns (exit
+    status, the tail of its output, which is also in ``.mutmut/NAME/mutmut-run.log``)."""
+    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)]
+    log = dest / "mutmut-run.log"
+    deadline = None if time_limit is None else time.monotonic() + time_limit
+    complete: dict[Path, str] = {}
+    with open(log, "w") as out:
+        run = subprocess.Popen(
+            command,
+            cwd=dest,
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stopped with every worker it forked
+        )
+        status = None
+        while status is None:
+            try:
+                status = run.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                complete.update(_meta_files(dest))
+                if deadline is not None and time.monotonic() > deadline:
+                    os.killpg(run.pid, signal.SIGKILL)
+                    run.wait()
+                    status = 0
+                    for path, text in complete.items():
+                        if path not in _meta_files(dest):
+                            path.write_text(text)
+    return status, log.read_text()[-3000:]
 
 
 def results(dest: Path) -> dict[str, list[str]]:
@@ -143,15 +198,15 @@ def results(dest: Path) -> dict[str, list[str]]:
     return by_status
 
 
-def run_target(name: str, max_children: int) -> dict:
+def run_target(name: str, max_children: int, time_limit: float | None = None) -> dict:
     module, tests = TARGETS[name]
     start = time.perf_counter()
     dest = scratch_copy(name)
     write_config(dest, module, tests)
-    run = mutmut(dest, "run", "--max-children", str(max_children), check=False)
-    if run.returncode != 0:
-        print(run.stdout[-3000:], run.stderr[-3000:], sep="\n", file=sys.stderr)
-        raise SystemExit(f"mutmut failed on target {name} (exit status {run.returncode})")
+    status, output = mutmut_run(dest, max_children, time_limit)
+    if status != 0:
+        print(output, file=sys.stderr)
+        raise SystemExit(f"mutmut failed on target {name} (exit status {status})")
     by_status = results(dest)
     seconds = time.perf_counter() - start
     counts = {status: len(names) for status, names in sorted(by_status.items())}
@@ -169,6 +224,12 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--max-children", type=int, default=2, help="mutants tested in parallel (default 2)"
     )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="stop a target's run after this many seconds (its unreached mutants: not checked)",
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name, (module, tests) in TARGETS.items():
@@ -178,7 +239,7 @@ def main(argv=None) -> None:
     if unknown:
         raise SystemExit(f"unknown target(s) {unknown}; choose from {list(TARGETS)}")
     for name in args.targets or list(TARGETS):
-        run_target(name, args.max_children)
+        run_target(name, args.max_children, args.time_limit)
 
 
 if __name__ == "__main__":

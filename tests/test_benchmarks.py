@@ -1,8 +1,10 @@
 """The benchmark scripts: each runs at a tiny size and writes its tables; the measurement and the
 dense references they compare against are right."""
 
+import copy
 import importlib
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -282,3 +284,86 @@ def test_tune_reads_settings_and_tabulates_trials(tmp_path):
     assert "## PiT on elasticity" in text
     assert "| preset | 3 | 1,000 | 0.5000 | 9 s | 1.0 |" in text
     assert "| train.lr=5e-3 | 3 | 1,000 | 0.2500 | 9 s | 2.0 |" in text
+
+
+def _results():
+    return script("summary").load(BENCHMARKS / "results")
+
+
+def test_readme_speed_table_and_docs_summary_are_generated_from_the_results():
+    summary = script("summary")
+    data = _results()
+    readme = (BENCHMARKS.parent / "README.md").read_text()
+    assert summary.readme_section(data) in readme, "run python benchmarks/summary.py"
+    written = (BENCHMARKS / "results" / "summary.md").read_text()
+    assert written == summary.summary_markdown(data), "run python benchmarks/summary.py"
+    # the Benchmarks page shows the generated table, not a copy of it
+    page = (BENCHMARKS.parent / "docs" / "benchmarks.md").read_text()
+    assert '--8<-- "benchmarks/results/summary.md:results"' in page
+    assert "| aim | measured |" not in page
+
+
+def test_summary_follows_the_numbers_of_the_result_files():
+    summary = script("summary")
+    data = copy.deepcopy(_results())
+    records = data["position_attention"]["records"]
+    case = dict(kind="cross", n_src=10**5, n_dst=4096, backward=False)
+    ours = next(r for r in records if r.items() >= {**case, "impl": "meshop"}.items())
+    dense = next(r for r in records if r.items() >= {**case, "impl": "dense"}.items())
+    ours.update(peak_mb=dense["peak_mb"] / 4, time_s=dense["time_s"] / 3)
+    headline, readme = summary.rows(data)
+    assert headline[0][2] == "not met (4x less)"
+    assert readme[0][1].endswith("(4x less), 3.0x faster")
+    # a training step 25x faster meets the aim, and the README drops the explanation
+    training = data["models"]["records"]
+    step = next(r for r in training if r.items() >= {"n": 972, "impl": "dense"}.items())
+    pit = next(
+        r for r in training if r.items() >= {"n": 972, "impl": "meshop", "model": "PiT"}.items()
+    )
+    pit["time_s"] = step["time_s"] / 25
+    headline, readme = summary.rows(data)
+    assert headline[4][2] == "met" and "25.0x faster" in headline[4][1]
+    assert readme[4][1].startswith("25.0x faster") and "not met" not in readme[4][1]
+    # a case missing from the results (a quick run) is shown as such, not invented
+    data["position_attention"]["records"].remove(ours)
+    assert summary.rows(data)[0][0][1] == summary.NOT_MEASURED
+
+
+def test_summary_command_rewrites_only_the_marked_readme_section(tmp_path):
+    summary = script("summary")
+    results = tmp_path / "results"
+    results.mkdir()
+    for name in summary.SOURCES:
+        shutil.copy(BENCHMARKS / "results" / f"{name}.json", results)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{summary.README_START}\nold table\n{summary.README_END}\nrest\n")
+    args = ["--results", str(results), "--readme", str(readme)]
+    assert summary.main([*args, "--check"]) == 1
+    assert summary.main(args) == 0
+    assert summary.main([*args, "--check"]) == 0
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("\nrest\n") and "old table" not in text
+    assert summary.readme_section(summary.load(results)) in text
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="lacks the markers"):
+        summary.main(args)
+
+
+def test_attention_cost_verdict_follows_the_growth_of_each_form():
+    summary = script("summary")
+
+    def data(fourier_power):
+        records = [
+            {"attention": kind, "n": n, "time_s": n**power * 1e-6, "peak_mb": n / 100}
+            for kind, power in (
+                ("galerkin", 1),
+                ("linear", 1),
+                ("fourier", fourier_power),
+                ("softmax", 2),
+            )
+            for n in (1024, 2048, 4096)
+        ]
+        return {"linear_attention": {"records": records}}
+
+    assert summary._linear(data(1))[0][2].startswith("met")
+    assert summary._linear(data(2))[0][2] == "not met: a linear form grows faster"

@@ -13,7 +13,7 @@ from meshop.errors import ConfigError
 from meshop.models.mlp_baseline import MLPBaseline
 from meshop.train import TrainConfig, Trainer, relative_h1
 from meshop.train.losses import relative_l1, relative_l2, relative_lp
-from meshop.train.metrics import per_sample_errors, summarize
+from meshop.train.metrics import MetricsLog, per_sample_errors, read_metrics, summarize
 from meshop.train.trainer import training_loss
 
 # two samples in one batch: 2 nodes, then 3 nodes; one channel
@@ -229,3 +229,21 @@ def test_relative_h1_refuses_query_points_and_says_when_to_drop_it():
     cloud = from_points(torch.rand(6, 2), y=torch.rand(6, 1))
     with pytest.raises(ConfigError, match="set h1_weight = 0 for point clouds"):
         relative_h1(cloud.y, cloud.y, cloud)
+
+
+def test_metrics_log_defaults_to_json_lines_in_a_folder_it_creates(tmp_path):
+    history = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.25, "val_rel_l2": 0.1}]
+    log = MetricsLog(tmp_path / "runs" / "a")  # neither folder exists yet
+    log.rewrite(history)
+    assert log.path == tmp_path / "runs" / "a" / "metrics.jsonl"
+    assert read_metrics(log.path) == history
+
+
+def test_metrics_csv_reads_a_column_missing_from_some_epochs_as_none(tmp_path):
+    log = MetricsLog(tmp_path / "run", fmt="csv")
+    log.rewrite([{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.25, "val_rel_l2": 0.1}])
+    assert log.path.read_text().splitlines()[1] == "1,0.5,"
+    assert read_metrics(log.path) == [
+        {"epoch": 1.0, "loss": 0.5, "val_rel_l2": None},
+        {"epoch": 2.0, "loss": 0.25, "val_rel_l2": 0.1},
+    ]

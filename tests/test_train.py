@@ -111,6 +111,39 @@ def test_cosine_schedule_anneals_from_lr_to_zero():
     assert opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_adam_is_plain_adam_with_l2_weight_decay_not_adamw():
+    config = TrainConfig(optimizer="adam", weight_decay=1e-2)
+    optimizer = build_optimizer(torch.nn.Linear(2, 2), config)
+    assert type(optimizer) is torch.optim.Adam
+    assert optimizer.param_groups[0]["weight_decay"] == 1e-2
+
+
+def test_onecycle_schedule_peaks_after_the_configured_fraction_of_steps():
+    opt = build_optimizer(torch.nn.Linear(2, 2), TrainConfig(lr=1e-3))
+    sched = build_scheduler(opt, TrainConfig(lr=1e-3, pct_start=0.6), total_steps=100)
+    lrs = []
+    for _ in range(100):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs.index(max(lrs)) in (59, 60)
+
+
+def test_constant_schedule_keeps_lr_and_a_run_of_zero_steps_counts_as_one():
+    model = torch.nn.Linear(2, 2)
+    opt = build_optimizer(model, TrainConfig(lr=1e-3))
+    sched = build_scheduler(opt, TrainConfig(lr=1e-3, schedule="constant"), total_steps=5)
+    lrs = []
+    for _ in range(5):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs == [pytest.approx(1e-3)] * 5
+    opt = build_optimizer(model, TrainConfig(lr=1e-3))
+    sched = build_scheduler(opt, TrainConfig(lr=1e-3, schedule="cosine"), total_steps=0)
+    assert sched.T_max == 1
+
+
 def test_training_reduces_the_test_error_and_logs_every_epoch(tmp_path):
     train_set, test_set = toy_samples(16), toy_samples(8, seed=1)
     trainer = Trainer(tiny_model(), train_set, test_set, quiet(epochs=8), tmp_path)

@@ -1,0 +1,87 @@
+"""Checkpoint files: written beside their destination through a hidden temporary file, read only
+as tensors and plain values, mapped to a device on loading, and rebuilt into the model they were
+saved from (options added since, normalisers, a clear error when the weights do not fit)."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from meshop.errors import ConfigError, MeshReadError
+from meshop.models.registry import build_model
+from meshop.train import checkpoint
+from meshop.train.normalized import NormalizedModel, PositionNormalizer
+
+
+def test_save_atomic_writes_a_hidden_temporary_file_beside_the_target(tmp_path, monkeypatch):
+    path = tmp_path / "runs" / "a" / "checkpoint.pt"  # neither folder exists yet
+    renames = []
+    replace = os.replace
+
+    def recording_replace(source, target):
+        renames.append((Path(source), Path(target)))
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", recording_replace)
+    checkpoint.save_atomic({"format": checkpoint.FORMAT, "epoch": 1}, path)
+    [(source, target)] = renames
+    assert target == path and source.parent == path.parent  # a rename within one folder
+    assert source.name.startswith(".checkpoint.pt.")
+    assert checkpoint.load(path)["epoch"] == 1
+
+
+class Payload:
+    """An arbitrary Python object: a pickle of it could run code when loaded."""
+
+
+def test_load_reads_tensors_and_plain_values_only_and_maps_them(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"format": checkpoint.FORMAT, "version": 1, "extra": Payload()}, path)
+    with pytest.raises(
+        MeshReadError, match=r"cannot read checkpoint '.*checkpoint.pt': UnpicklingError: "
+    ):
+        checkpoint.load(path)
+    checkpoint.save_atomic({"format": checkpoint.FORMAT, "w": torch.ones(2)}, path)
+    assert checkpoint.load(tmp_path, map_location="meta")["w"].device.type == "meta"
+
+
+def model_checkpoint(name: str, model, normalizers=None) -> dict:
+    return {
+        "model_name": name,
+        "model_config": dict(model.config),
+        "normalizers": {k: n.mean.numel() for k, n in (normalizers or {}).items()},
+        "state_dict": NormalizedModel(model, normalizers).state_dict(),
+        "path": "runs/x/checkpoint.pt",
+    }
+
+
+def test_a_checkpoint_saved_before_an_option_existed_is_rebuilt_as_it_was_trained():
+    ono = dict(in_channels=1, out_channels=1, pos_dim=2, width=8, layers=1, heads=2)
+    saved = model_checkpoint("ono", build_model("ono", **ono, orthonormalize="batch"))
+    del saved["model_config"]["orthonormalize"]  # written before the option existed
+    assert checkpoint.build_from_checkpoint(saved).model.config["orthonormalize"] == "batch"
+
+
+def test_rebuilt_models_get_their_normaliser_kinds_and_misfits_are_named():
+    mlp = dict(in_channels=2, out_channels=1, pos_dim=2, hidden_channels=8, num_layers=2)
+    normalizers = {"pos": PositionNormalizer(2), "y": PositionNormalizer(1)}
+    saved = model_checkpoint("mlp", build_model("mlp", **mlp), normalizers)
+    rebuilt = checkpoint.build_from_checkpoint(saved).normalizers
+    assert type(rebuilt["pos"]) is PositionNormalizer and type(rebuilt["y"]) is not type(
+        rebuilt["pos"]
+    )
+    saved["model_config"]["hidden_channels"] = 4
+    with pytest.raises(
+        ConfigError,
+        match=r"checkpoint 'runs/x/checkpoint.pt' does not fit model 'mlp' of this meshop "
+        r"version: Error\(s\) in loading state_dict",
+    ):
+        checkpoint.build_from_checkpoint(saved)
+
+
+def test_a_checkpoint_from_a_newer_format_asks_for_an_update(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"format": checkpoint.FORMAT, "version": checkpoint.VERSION + 1}, path)
+    with pytest.raises(MeshReadError, match=r"has format version 2; this meshop reads up to 1"):
+        checkpoint.load(path)

@@ -1,0 +1,129 @@
+"""The training loop's bookkeeping: evaluation every ``eval_every`` epochs and at the end, the
+rows of the metrics history, the log lines, the seeded generators and the errors of a run that
+cannot start."""
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import meshop
+from meshop.data import make_loader
+from meshop.errors import ConfigError
+from meshop.models.registry import build_model
+from meshop.train import Trainer, checkpoint, seed_everything, train
+from meshop.train.trainer import training_loss
+from tests.test_train import quiet, tiny_model, toy_samples
+
+
+def test_the_test_split_is_evaluated_every_eval_every_epochs_and_after_the_last():
+    trainer = Trainer(
+        tiny_model(), toy_samples(8), toy_samples(4, 1), quiet(epochs=5, eval_every=2)
+    )
+    trainer.fit()
+    evaluated = [row["epoch"] for row in trainer.history if "test_rel_l2" in row]
+    assert evaluated == [2, 4, 5]
+    assert [row["epoch"] for row in trainer.history] == [1, 2, 3, 4, 5]
+    last = trainer.history[-1]
+    assert last["lr"] == trainer.optimizer.param_groups[0]["lr"]
+    assert last["samples_per_second"] == pytest.approx(8 / last["epoch_seconds"], rel=1e-6)
+    assert last["test_rel_l2"] == pytest.approx(trainer.evaluate()["test_rel_l2"])
+
+
+def test_the_training_loss_of_an_epoch_is_the_mean_over_its_samples():
+    trainer = Trainer(tiny_model(), toy_samples(6), None, quiet(epochs=1, batch_size=6))
+    losses = []
+    with torch.no_grad():  # before the epoch's single step
+        for sample in trainer.train_set:
+            one = next(iter(make_loader([sample], 1)))
+            losses.append(float(training_loss(trainer.model(one), one, trainer.config)))
+    row = trainer.fit()
+    assert row["train_loss"] == pytest.approx(np.mean(losses), rel=1e-5)
+    assert "test_rel_l2" not in row
+
+
+def test_fit_logs_one_line_per_epoch_when_asked(capsys):
+    Trainer(tiny_model(), toy_samples(4), toy_samples(2, 1), quiet(epochs=2, progress=True)).fit()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
+    assert len(lines) == 2 and lines[1].startswith("epoch 2  train_loss ")
+    assert "test_rel_l2 " in lines[1] and "samples_per_second " in lines[1]
+    Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1, progress=False)).fit()
+    assert "epoch" not in capsys.readouterr().out
+
+
+def test_seed_everything_seeds_torch_numpy_and_random():
+    seed_everything(5)
+    drawn = torch.rand(2), np.random.rand(2), random.random()  # noqa: NPY002
+    seed_everything(5)
+    assert torch.equal(drawn[0], torch.rand(2))
+    assert np.array_equal(drawn[1], np.random.rand(2))  # noqa: NPY002
+    assert drawn[2] == random.random()
+    np.random.seed(5)  # noqa: NPY002 (the generators seed_everything seeds, seeded directly)
+    random.seed(5)
+    assert np.array_equal(drawn[1], np.random.rand(2)) and drawn[2] == random.random()  # noqa: NPY002
+    seed_everything(2**32 + 5)  # numpy's seeds stop at 2**32: the same numpy draws
+    assert np.array_equal(drawn[1], np.random.rand(2))  # noqa: NPY002
+
+
+def test_a_run_that_cannot_start_says_why():
+    with pytest.raises(ConfigError, match="the training split is empty"):
+        Trainer(tiny_model(), [], None, quiet())
+
+
+def test_train_returns_the_model_in_eval_mode_with_the_last_metrics():
+    model, metrics = train(tiny_model(), toy_samples(4), toy_samples(2, 1), quiet(epochs=1))
+    assert not model.training and metrics["epoch"] == 1 and "test_rel_l2" in metrics
+
+
+def test_a_checkpoint_names_its_format_version_and_the_meshop_that_wrote_it(tmp_path):
+    Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1), tmp_path).fit()
+    saved = checkpoint.load(tmp_path)
+    assert saved["version"] == checkpoint.VERSION
+    assert saved["meshop_version"] == meshop.__version__
+
+
+def test_resuming_another_model_or_another_size_names_both(tmp_path):
+    Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1), tmp_path).fit()
+    other = build_model("mlp", in_channels=4, out_channels=1, pos_dim=2, hidden_channels=8)
+    with pytest.raises(ConfigError, match=r"differs from the checkpoint's \(Error\(s\) in loading"):
+        Trainer(other, toy_samples(4), None, quiet(epochs=2), tmp_path).fit(resume=True)
+    pit = build_model("pit", in_channels=4, out_channels=1, pos_dim=2, width=8, heads=1)
+    with pytest.raises(
+        ConfigError,
+        match=r"cannot resume: the checkpoint holds a 'mlp' model, this run trains 'pit'",
+    ):
+        Trainer(pit, toy_samples(4), None, quiet(epochs=2), tmp_path).fit(resume=True)
+
+
+def test_each_process_resumes_its_own_generator_states(tmp_path):
+    """Rank r restores the r-th saved state; a rank beyond the saved ones the first."""
+    trainer = Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1), tmp_path)
+    trainer.fit()
+    saved = torch.load(trainer.checkpoint_path, weights_only=True)
+    states = []
+    for seed in (11, 12):
+        torch.manual_seed(seed)
+        states.append(checkpoint.rng_state())
+    saved["rng"] = states
+    torch.save(saved, trainer.checkpoint_path)
+    for rank, expected in ((1, 12), (2, 11), (0, 11)):
+        trainer.ctx = dataclasses.replace(trainer.ctx, rank=rank)
+        trainer.load_checkpoint(trainer.checkpoint_path)
+        drawn = torch.rand(3)
+        torch.manual_seed(expected)
+        assert torch.equal(drawn, torch.rand(3)), rank
+
+
+def test_train_writes_its_run_with_meta_and_resumes_only_when_asked(tmp_path):
+    data = toy_samples(4), toy_samples(2, 1)
+    _, first = train(tiny_model(), *data, quiet(epochs=1), tmp_path, meta={"dataset": "toy"})
+    saved = checkpoint.load(tmp_path)
+    assert saved["data"]["dataset"] == "toy" and saved["epoch"] == 1
+    _, last = train(tiny_model(1), *data, quiet(epochs=2), tmp_path, resume=True)
+    history = checkpoint.load(tmp_path)["history"]
+    assert [row["epoch"] for row in history] == [1, 2]
+    assert history[0] == first and history[1] == last
+    train(tiny_model(), *data, quiet(epochs=1), tmp_path)  # a new run over the old one
+    assert [row["epoch"] for row in checkpoint.load(tmp_path)["history"]] == [1]
