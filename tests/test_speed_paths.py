@@ -76,7 +76,7 @@ def per_sample_position_attention(layer, x, pos_src, pos_dst, batch_src, batch_d
     v = layer.lin_v(x).view(-1, layer.heads, layer.head_channels)
     out = v.new_zeros(len(pos_dst), layer.heads, layer.head_channels)
     for src, dst in sample_slices(batch_src, batch_dst):
-        out[dst] = layer._attend(pos_src[src], pos_dst[dst], v[src], layer.lam)
+        out[dst] = layer._attend(pos_src[src], pos_dst[dst], v[src], layer.lam, None)
     return out.view(len(pos_dst), -1)
 
 
@@ -92,7 +92,7 @@ def test_batched_position_attention_equals_per_sample_and_dense(shared, dense_el
     pos_dst = torch.rand(count, n_dst, 2).expand(b, -1, -1).reshape(-1, 2)
     batch_src, batch_dst = batch_vector(b, n_src), batch_vector(b, n_dst)
     params = [x, layer.theta, layer.lin_v.weight]
-    out = layer(x, pos_src, pos_dst, batch_src, batch_dst)
+    out = layer(x, pos_src, batch_src, pos_dst=pos_dst, batch_dst=batch_dst)
     loop = per_sample_position_attention(layer, x, pos_src, pos_dst, batch_src, batch_dst)
     dense = dense_position_attention(layer, x, pos_src, pos_dst, b)
     torch.testing.assert_close(out, loop, rtol=1e-5, atol=1e-6)
@@ -114,7 +114,7 @@ def test_shared_mesh_kernel_is_computed_once_per_head(monkeypatch):
         return original(q, k, v, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
-    layer(torch.randn(b * n, c), pos, batch_src=batch_vector(b, n))
+    layer(torch.randn(b * n, c), pos, batch_vector(b, n))
     assert calls == [((1, 2, n, 3), (1, 2, n, b * 4))]
 
 
@@ -265,7 +265,7 @@ def test_pit_reference_layer_equals_meshop_with_identity_values(locality):
     u, pos = torch.randn(b, n, c, requires_grad=True), torch.rand(b, n, 2)
     out_ref = layer(u, pos, pos)
     batch = batch_vector(b, n)
-    out = ours(u.reshape(b * n, c), pos.view(b * n, 2), None, batch, batch).view(b, n, -1)
+    out = ours(u.reshape(b * n, c), pos.view(b * n, 2), batch).view(b, n, -1)
     torch.testing.assert_close(out_ref, out, rtol=1e-5, atol=1e-5)
     params_ref, params = [u, layer.theta], [u, ours.theta]
     assert_all_close(grads(out_ref, params_ref), grads(out, params))
