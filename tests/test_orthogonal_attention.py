@@ -449,6 +449,19 @@ def test_cross_form_reads_zeros_at_targets_of_samples_without_sources(orthonorma
     assert out.shape == (len(g_dst), D) and torch.isfinite(out).all()
     empty = (batch_dst == 1) | (batch_dst == 3)
     assert torch.equal(out[empty], torch.zeros_like(out[empty]))
+    single = layer.float()(  # in float32 too, where a huge eigenfunction would overflow
+        h.float(),
+        None,
+        sources,
+        weight.float(),
+        g=g.float(),
+        g_dst=g_dst.float(),
+        batch_dst=batch_dst,
+    )
+    assert torch.isfinite(single).all() and torch.equal(
+        single[empty], torch.zeros_like(single[empty])
+    )
+    layer.double()
     keep = ~empty
     expected = layer(h, None, batch, weight, g=g, g_dst=g_dst[keep], batch_dst=batch_dst[keep] // 2)
     torch.testing.assert_close(out[keep], expected)
