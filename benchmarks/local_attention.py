@@ -79,7 +79,7 @@ def build(field: str, n: int, device: str = "cpu", backward: bool = False, seed:
 
 def forward(impl: str, field: str, layer, x, pos_src, pos_dst):
     if impl == "meshop":
-        return layer(x, pos_src, pos_dst)
+        return layer(x, pos_src, pos_dst=pos_dst)
     v = layer.lin_v(x).view(len(x), layer.heads, layer.head_channels)
     target = pos_src if pos_dst is None else pos_dst
     return dense_local_attention(v, pos_src, target, layer.lam, **layer.field)

@@ -50,7 +50,10 @@ def build_model(name: str, **fields):
     in_channels = 2 + PARAMS
     if name == "PiT":
         receptive = fields or dict(encoder_quantile=QUANTILE, decoder_quantile=QUANTILE)
-        return PiT(in_channels, 1, 2, width=WIDTH, heads=HEADS, blocks=BLOCKS, **receptive)
+        # the paper's unweighted form, which dense_pit below computes
+        return PiT(
+            in_channels, 1, 2, width=WIDTH, heads=HEADS, blocks=BLOCKS, weighted=False, **receptive
+        )
     if name == "Galerkin Transformer":
         return GalerkinTransformer(
             in_channels,

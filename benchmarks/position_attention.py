@@ -65,7 +65,7 @@ def build(n_src: int, n_dst: int | None, device: str = "cpu", backward: bool = F
 
 def forward(impl: str, layer, x, pos_src, pos_dst):
     if impl == "meshop":
-        return layer(x, pos_src, pos_dst)
+        return layer(x, pos_src, pos_dst=pos_dst)
     v = layer.lin_v(x).view(len(x), layer.heads, layer.head_channels)
     return dense_position_attention(v, pos_src, pos_src if pos_dst is None else pos_dst, layer.lam)
 

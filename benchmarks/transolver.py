@@ -56,7 +56,7 @@ def prepare(case: str, n: int, device: str):
         x = torch.randn(n, LAYER["channels"], device=device)
 
         def forward():
-            return module(x)
+            return module(x, None)
 
     else:
         module = Transolver(3, 1, 2, **MODEL).to(device).eval()

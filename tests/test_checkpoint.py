@@ -61,6 +61,11 @@ def test_a_checkpoint_saved_before_an_option_existed_is_rebuilt_as_it_was_traine
     saved = model_checkpoint("ono", build_model("ono", **ono, orthonormalize="batch"))
     del saved["model_config"]["orthonormalize"]  # written before the option existed
     assert checkpoint.build_from_checkpoint(saved).model.config["orthonormalize"] == "batch"
+    pit = dict(in_channels=1, out_channels=1, pos_dim=2, width=8, blocks=1)
+    saved = model_checkpoint("pit", build_model("pit", **pit))
+    assert saved["model_config"]["weighted"] is True  # the default now
+    del saved["model_config"]["weighted"]  # PiT weighted its attentions only later
+    assert checkpoint.build_from_checkpoint(saved).model.config["weighted"] is False
 
 
 def test_rebuilt_models_get_their_normaliser_kinds_and_misfits_are_named():

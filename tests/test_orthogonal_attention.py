@@ -90,14 +90,14 @@ def test_output_matches_dense_float64_reference_with_per_sample_factors():
         layer = make_layer(**kwargs)
         expected = dense_reference(layer, h, g, batch, weight)
         for mode in (True, False):
-            torch.testing.assert_close(layer.train(mode)(h, g, batch, weight), expected)
+            torch.testing.assert_close(layer.train(mode)(h, None, batch, weight, g=g), expected)
 
 
 def test_cross_form_uses_the_factor_of_each_targets_own_sample():
     h, g, batch, weight = make_inputs()
     _, g_dst, batch_dst, _ = make_inputs(sizes=[4, 2, 5], seed=4)
     layer = make_layer()
-    out = layer(h, g, batch, weight, g_dst=g_dst, batch_dst=batch_dst)
+    out = layer(h, None, batch, weight, g=g, g_dst=g_dst, batch_dst=batch_dst)
     expected = dense_reference(layer, h, g, batch, weight, g_dst, batch_dst)
     torch.testing.assert_close(out, expected)
     psi_dst = layer.eigenfunctions(g, batch, weight, g_dst=g_dst, batch_dst=batch_dst)
@@ -111,26 +111,26 @@ def test_cross_form_uses_the_factor_of_each_targets_own_sample():
 def test_training_and_evaluation_compute_the_same_function_independent_of_the_batch():
     h, g, batch, weight = make_inputs()
     layer = make_layer().train()
-    out = layer(h, g, batch, weight)
+    out = layer(h, None, batch, weight, g=g)
     assert not any(name.startswith("running") for name, _ in layer.named_buffers())
-    torch.testing.assert_close(layer.eval()(h, g, batch, weight), out)
+    torch.testing.assert_close(layer.eval()(h, None, batch, weight, g=g), out)
     for mode in (True, False):
         layer.train(mode)
         for b in range(len(SIZES)):
             m = batch == b
-            torch.testing.assert_close(layer(h[m], g[m], None, weight[m]), out[m])
+            torch.testing.assert_close(layer(h[m], None, None, weight[m], g=g[m]), out[m])
 
 
 @pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
 def test_duplicating_a_node_and_halving_its_weight_changes_nothing(orthonormalize):
     h, g, batch, weight = make_inputs()
     layer = make_layer(orthonormalize=orthonormalize).train()
-    out = layer(h, g, batch, weight)
+    out = layer(h, None, batch, weight, g=g)
     j = 10  # a node of the second sample
     order = torch.cat([torch.arange(j + 1), torch.tensor([j]), torch.arange(j + 1, len(g))])
     halved = weight.clone()
     halved[j] /= 2
-    dup = layer(h[order], g[order], batch[order], halved[order])
+    dup = layer(h[order], None, batch[order], halved[order], g=g[order])
     torch.testing.assert_close(dup, out[order])
 
 
@@ -139,7 +139,7 @@ def test_gradients_flow_through_per_sample_factors():
     layer = make_layer(value_projection=True)
     g.requires_grad_(True)
     h.requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda g, h: layer(h, g, batch, weight), (g, h))
+    assert torch.autograd.gradcheck(lambda g, h: layer(h, None, batch, weight, g=g), (g, h))
 
 
 def test_jitter_is_added_only_to_the_moments_that_need_it():
@@ -157,11 +157,11 @@ def test_jitter_is_added_only_to_the_moments_that_need_it():
 def test_a_sample_with_fewer_than_k_weighted_nodes_is_refused_with_advice():
     h, g, batch, weight = make_inputs(sizes=[7, K - 1])
     with pytest.raises(ConfigError, match="sample 1 of the batch has 2.*orthonormalize='batch'"):
-        make_layer()(h, g, batch, weight)
+        make_layer()(h, None, batch, weight, g=g)
     weight = weight.clone()
     weight[: 7 - K + 1] = 0  # zero-weight nodes do not count: K - 1 weighted nodes are left
     with pytest.raises(ConfigError, match="sample 0"):
-        make_layer()(h[:7], g[:7], None, weight[:7])
+        make_layer()(h[:7], None, None, weight[:7], g=g[:7])
 
 
 def test_states_of_the_two_forms_do_not_load_into_each_other():
@@ -193,7 +193,7 @@ def test_batch_form_training_output_matches_dense_reference_with_batch_moment():
         layer = make_layer(orthonormalize="batch", **kwargs).train()
         moment = batch_moment(layer.lin_q(g), weight, batch)
         expected = dense_reference(layer, h, g, batch, weight, moment=moment)
-        torch.testing.assert_close(layer(h, g, batch, weight), expected)
+        torch.testing.assert_close(layer(h, None, batch, weight, g=g), expected)
 
 
 def test_uniform_weights_give_the_papers_average_and_sum_gives_its_raw_sum():
@@ -208,7 +208,7 @@ def test_uniform_weights_give_the_papers_average_and_sum_gives_its_raw_sum():
     raw = make_layer(orthonormalize="batch", inner_product="sum", value_projection=False).train()
     mu = raw.eigenvalues
     expected = torch.cat([psi[b] * mu @ (psi[b].T @ h[b]) for b in (batch == 0, batch == 1)])
-    torch.testing.assert_close(raw(h, g, batch), expected)  # the authors' code: no 1/M
+    torch.testing.assert_close(raw(h, None, batch, g=g), expected)  # the authors' code: no 1/M
 
 
 def test_running_moment_uses_batchnorm_momentum_convention():
@@ -229,12 +229,13 @@ def test_running_moment_uses_batchnorm_momentum_convention():
 def test_batch_form_evaluation_uses_the_running_moment_and_is_deterministic():
     h, g, batch, weight = make_inputs()
     layer = make_layer(orthonormalize="batch").train()
-    layer(*make_inputs(seed=3))
+    h3, g3, batch3, weight3 = make_inputs(seed=3)
+    layer(h3, None, batch3, weight3, g=g3)
     running = layer.running_moment.clone()
     layer.eval()
-    out = layer(h, g, batch, weight)
+    out = layer(h, None, batch, weight, g=g)
     torch.testing.assert_close(out, dense_reference(layer, h, g, batch, weight, moment=running))
-    torch.testing.assert_close(layer(h, g, batch, weight), out, rtol=0, atol=0)
+    torch.testing.assert_close(layer(h, None, batch, weight, g=g), out, rtol=0, atol=0)
     torch.testing.assert_close(layer.running_moment, running, rtol=0, atol=0)
 
 
@@ -242,14 +243,14 @@ def test_batch_form_evaluation_before_training_whitens_with_the_identity():
     h, g, batch, weight = make_inputs()
     layer = make_layer(orthonormalize="batch").eval()
     torch.testing.assert_close(layer.eigenfunctions(g, batch, weight), layer.lin_q(g))
-    assert torch.isfinite(layer(h, g, batch, weight)).all()
+    assert torch.isfinite(layer(h, None, batch, weight, g=g)).all()
 
 
 @pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
 def test_strict_state_dict_round_trip_on_a_fresh_layer(orthonormalize):
     h, g, batch, weight = make_inputs()
     layer = make_layer(value_projection=True, orthonormalize=orthonormalize).train()
-    layer(h, g, batch, weight)
+    layer(h, None, batch, weight, g=g)
     state = layer.state_dict()
     assert ({"running_moment", "initialized"} <= set(state)) == (orthonormalize == "batch")
     fresh = OrthogonalAttention(
@@ -257,7 +258,9 @@ def test_strict_state_dict_round_trip_on_a_fresh_layer(orthonormalize):
     ).double()
     fresh.load_state_dict(state, strict=True)
     layer.eval(), fresh.eval()
-    torch.testing.assert_close(fresh(h, g, batch, weight), layer(h, g, batch, weight))
+    torch.testing.assert_close(
+        fresh(h, None, batch, weight, g=g), layer(h, None, batch, weight, g=g)
+    )
 
 
 def test_batch_form_cross_form_evaluates_source_eigenfunctions_at_target_nodes():
@@ -265,7 +268,7 @@ def test_batch_form_cross_form_evaluates_source_eigenfunctions_at_target_nodes()
     _, g_dst, batch_dst, _ = make_inputs(sizes=[4, 2, 5], seed=4)
     layer = make_layer(orthonormalize="batch", value_projection=True).train()
     moment = batch_moment(layer.lin_q(g), weight, batch)  # the moment comes from the source only
-    out = layer(h, g, batch, weight, g_dst=g_dst, batch_dst=batch_dst)
+    out = layer(h, None, batch, weight, g=g, g_dst=g_dst, batch_dst=batch_dst)
     assert out.shape == (len(g_dst), D)
     expected = dense_reference(layer, h, g, batch, weight, g_dst, batch_dst, moment=moment)
     torch.testing.assert_close(out, expected)
@@ -278,7 +281,10 @@ def test_batch_form_cross_form_evaluates_source_eigenfunctions_at_target_nodes()
 def test_target_nodes_equal_to_the_source_nodes_give_the_self_attention_output(orthonormalize):
     h, g, batch, weight = make_inputs()
     layer = make_layer(orthonormalize=orthonormalize).train()
-    torch.testing.assert_close(layer(h, g, batch, weight, g, batch), layer(h, g, batch, weight))
+    torch.testing.assert_close(
+        layer(h, None, batch, weight, g=g, g_dst=g, batch_dst=batch),
+        layer(h, None, batch, weight, g=g),
+    )
 
 
 @pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
@@ -286,15 +292,16 @@ def test_zero_weight_nodes_read_the_integrals_but_do_not_enter_them(orthonormali
     h, g, batch, weight = make_inputs(sizes=[8])
     h_extra, g_extra, _, _ = make_inputs(sizes=[5], seed=5)
     layer = make_layer(orthonormalize=orthonormalize).train()
-    out = layer(h, g, batch, weight)
+    out = layer(h, None, batch, weight, g=g)
     both = layer(
         torch.cat([h, h_extra]),
-        torch.cat([g, g_extra]),
+        None,
         torch.zeros(13, dtype=torch.long),
         torch.cat([weight, torch.zeros(5, dtype=weight.dtype)]),
+        g=torch.cat([g, g_extra]),
     )
     torch.testing.assert_close(both[:8], out)
-    torch.testing.assert_close(both[8:], layer(h, g, batch, weight, g_dst=g_extra))
+    torch.testing.assert_close(both[8:], layer(h, None, batch, weight, g=g, g_dst=g_extra))
 
 
 @pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
@@ -303,20 +310,20 @@ def test_permutation_equivariance(orthonormalize):
     perm = torch.cat([torch.randperm(n) + start for n, start in zip(SIZES, [0, 7, 19])])
     for mode in ("train", "eval"):
         layer = make_layer(orthonormalize=orthonormalize).train(mode == "train")
-        out = layer(h, g, batch, weight)
-        torch.testing.assert_close(layer(h[perm], g[perm], batch, weight[perm]), out[perm])
+        out = layer(h, None, batch, weight, g=g)
+        torch.testing.assert_close(layer(h[perm], None, batch, weight[perm], g=g[perm]), out[perm])
 
 
 @pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
 def test_predictions_of_a_sample_do_not_depend_on_its_batch_in_eval_mode(orthonormalize):
     h, g, batch, weight = make_inputs()
     layer = make_layer(orthonormalize=orthonormalize).train()
-    layer(h, g, batch, weight)
+    layer(h, None, batch, weight, g=g)
     layer.eval()
-    out = layer(h, g, batch, weight)
+    out = layer(h, None, batch, weight, g=g)
     for b in range(len(SIZES)):
         m = batch == b
-        torch.testing.assert_close(layer(h[m], g[m], None, weight[m]), out[m])
+        torch.testing.assert_close(layer(h[m], None, None, weight[m], g=g[m]), out[m])
 
 
 class ShapeRecorder(TorchDispatchMode):
@@ -339,7 +346,7 @@ def test_never_materialises_an_n_by_n_matrix(orthonormalize):
     layer = make_layer(value_projection=True, orthonormalize=orthonormalize).train()
     h.requires_grad_(True)
     with ShapeRecorder() as recorder:
-        layer(h, g, batch, weight).sum().backward()
+        layer(h, None, batch, weight, g=g).sum().backward()
     largest = max(torch.Size(s).numel() for s in recorder.shapes)
     assert largest <= 2 * n * D < n * n  # linear in N: node features, never N x N
     assert not any(sum(d >= n for d in s) >= 2 for s in recorder.shapes)
@@ -350,7 +357,7 @@ def test_batch_form_training_gradients_flow_through_the_batch_moment():
     layer = make_layer(orthonormalize="batch", value_projection=True).train()
     g.requires_grad_(True)
     h.requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda g, h: layer(h, g, batch, weight), (g, h))
+    assert torch.autograd.gradcheck(lambda g, h: layer(h, None, batch, weight, g=g), (g, h))
 
 
 @pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
@@ -361,7 +368,7 @@ def test_rank_deficient_moment_is_factorised_with_jitter(orthonormalize):
         layer.lin_q.weight.copy_(layer.lin_q.weight[:1].expand(K, DG))
         layer.lin_q.bias.fill_(0.5)
     assert torch.linalg.cholesky_ex(batch_moment(layer.lin_q(g), weight, batch))[1] > 0
-    assert torch.isfinite(layer(h, g, batch, weight)).all()
+    assert torch.isfinite(layer(h, None, batch, weight, g=g)).all()
 
 
 @pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
@@ -370,7 +377,7 @@ def test_whitening_runs_in_float64_under_autocast(orthonormalize):
     layer = make_layer(orthonormalize=orthonormalize).float().train()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         psi = layer.eigenfunctions(g, batch, weight)
-        out = layer(h, g, batch, weight)
+        out = layer(h, None, batch, weight, g=g)
     assert psi.dtype == torch.float64 and out.dtype == torch.float32
     first = batch == 0
     moment = (
@@ -427,3 +434,45 @@ def test_ranks_whiten_with_the_moment_of_the_whole_distributed_batch(tmp_path):
         torch.testing.assert_close(per_sample_rank, per_sample[batch % 2 == rank])
     # gradients through the all-reduce: the ranks' gradients add up to the whole batch's
     torch.testing.assert_close(ranks[0][2] + ranks[1][2], layer.lin_q.weight.grad)
+
+
+@pytest.mark.parametrize("orthonormalize", ["sample", "batch"])
+def test_cross_form_reads_zeros_at_targets_of_samples_without_sources(orthonormalize):
+    """Targets of a sample with no source node (in the middle or past the last source sample)
+    get zeros, and the other targets are what they are without them."""
+    h, g, batch, weight = make_inputs(sizes=[9, 10])
+    _, g_dst, _, _ = make_inputs(sizes=[4, 3, 5, 2], seed=4)
+    batch_dst = torch.repeat_interleave(torch.arange(4), torch.tensor([4, 3, 5, 2]))
+    sources = torch.where(batch == 1, 2, batch)  # samples 0 and 2 have sources, 1 and 3 none
+    layer = make_layer(orthonormalize=orthonormalize).train()
+    out = layer(h, None, sources, weight, g=g, g_dst=g_dst, batch_dst=batch_dst)
+    assert out.shape == (len(g_dst), D) and torch.isfinite(out).all()
+    empty = (batch_dst == 1) | (batch_dst == 3)
+    assert torch.equal(out[empty], torch.zeros_like(out[empty]))
+    single = layer.float()(  # in float32 too, where a huge eigenfunction would overflow
+        h.float(),
+        None,
+        sources,
+        weight.float(),
+        g=g.float(),
+        g_dst=g_dst.float(),
+        batch_dst=batch_dst,
+    )
+    assert torch.isfinite(single).all() and torch.equal(
+        single[empty], torch.zeros_like(single[empty])
+    )
+    layer.double()
+    keep = ~empty
+    expected = layer(h, None, batch, weight, g=g, g_dst=g_dst[keep], batch_dst=batch_dst[keep] // 2)
+    torch.testing.assert_close(out[keep], expected)
+
+
+def test_the_cross_form_needs_target_features():
+    h, g, batch, weight = make_inputs()
+    layer = make_layer()
+    with pytest.raises(ConfigError, match="give g_dst"):
+        layer(h, None, batch, weight, g=g, pos_dst=torch.rand(5, 2))
+    with pytest.raises(ConfigError, match="g_dst must be"):
+        layer(h, None, batch, weight, g=g, g_dst=torch.rand(5, DG + 1))
+    with pytest.raises(ConfigError, match="batch_dst has 4 rows but g_dst has 5"):
+        layer(h, None, batch, weight, g=g, g_dst=g[:5], batch_dst=batch[:4])

@@ -80,8 +80,8 @@ def test_default_weight_is_one_over_n_and_equals_the_uniform_grid_weight():
     grid = uniform_grid((4, 5), x=torch.randn(20, 6, generator=g))
     x = grid.x.double()
     ref = dense_reference(layer, x, torch.full((20,), 1 / 20, dtype=torch.float64))
-    torch.testing.assert_close(layer(x), ref)
-    torch.testing.assert_close(layer(x, weight=grid.weight.double()), ref)
+    torch.testing.assert_close(layer(x, None), ref)
+    torch.testing.assert_close(layer(x, None, weight=grid.weight.double()), ref)
 
 
 def test_permutation_equivariance_within_every_sample():
@@ -165,12 +165,12 @@ def test_dropout_acts_in_training_only():
     layer = PhysicsAttention(8, heads=2, slices=6, dropout=0.5)
     x = torch.randn(20, 8)
     layer.eval()
-    torch.testing.assert_close(layer(x), layer(x))
+    torch.testing.assert_close(layer(x, None), layer(x, None))
     layer.train()
     torch.manual_seed(0)
-    first = layer(x)
+    first = layer(x, None)
     torch.manual_seed(1)
-    assert not torch.allclose(first, layer(x))
+    assert not torch.allclose(first, layer(x, None))
 
 
 def test_gradients_reach_every_parameter_and_the_layer_follows_dtype():
@@ -190,5 +190,5 @@ def test_invalid_sizes_are_config_errors():
     with pytest.raises(ConfigError, match="not sorted"):
         PhysicsAttention(8, heads=2)(torch.randn(4, 8), None, torch.tensor([0, 1, 0, 1]))
     layer = PhysicsAttention(10, heads=3, head_channels=4)  # an explicit head width is allowed
-    assert layer(torch.randn(6, 10)).shape == (6, 10)
+    assert layer(torch.randn(6, 10), None).shape == (6, 10)
     assert "slices=64" in repr(layer)

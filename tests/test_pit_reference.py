@@ -37,10 +37,22 @@ def receptive_field(config, where):
     return {"radius": radius} if radius is not None else {"quantile": config[f"{where}_quantile"]}
 
 
-def dense_block(block, u, pos, batch, periodic):
+def dense_block(block, u, pos, batch, periodic, weight=None):
     """U' = gelu(MLP(gelu(PosAtt(U))) + Linear(U)) (PiT Sec. 2.3, Table 9)."""
-    h = F.gelu(dense_attention(as_built(block.attn, periodic), u, pos, batch_src=batch))
+    attn = as_built(block.attn, periodic)
+    h = F.gelu(dense_attention(attn, u, pos, batch_src=batch, weight=weight))
     return F.gelu(dense_mlp(block.mlp, h) + dense_linear(block.skip, u))
+
+
+def lumped_weights(data):
+    """Each latent node's weight: the summed weights of the input nodes nearest to it, found
+    by an explicit distance matrix per sample."""
+    out = torch.zeros(len(data.latent_pos), dtype=torch.float64)
+    for b in data.batch.unique():
+        src, dst = data.batch == b, (data.latent_pos_batch == b).nonzero().view(-1)
+        nearest = torch.cdist(data.pos[src].double(), data.latent_pos[dst].double()).argmin(1)
+        out.index_add_(0, dst[nearest], data.weight[src].double())
+    return out
 
 
 def dense_pit(model, data):
@@ -49,16 +61,31 @@ def dense_pit(model, data):
     periodic = c["periodic"]
     encoder, decoder = as_built(model.encoder, periodic), as_built(model.decoder, periodic)
     latent, query = (data.latent_pos, data.latent_pos_batch), (data.query_pos, data.query_pos_batch)
+    weight, latent_weight = (data.weight, lumped_weights(data)) if c["weighted"] else (None, None)
     features = torch.cat([data.x, data.pos], dim=1).double()
     u = F.gelu(dense_linear(model.lift, features))
     u = dense_attention(
-        encoder, u, data.pos, latent[0], data.batch, latent[1], **receptive_field(c, "encoder")
+        encoder,
+        u,
+        data.pos,
+        latent[0],
+        data.batch,
+        latent[1],
+        weight,
+        **receptive_field(c, "encoder"),
     )
     u = F.gelu(u)
     for block in model.processor:
-        u = dense_block(block, u, *latent, periodic)
+        u = dense_block(block, u, *latent, periodic, latent_weight)
     u = dense_attention(
-        decoder, u, latent[0], query[0], latent[1], query[1], **receptive_field(c, "decoder")
+        decoder,
+        u,
+        latent[0],
+        query[0],
+        latent[1],
+        query[1],
+        latent_weight,
+        **receptive_field(c, "decoder"),
     )
     u = F.gelu(u)
     for block in model.decoder_processor:
@@ -71,7 +98,8 @@ def batch_of_clouds():
     samples = []
     for n, nv, nq in ((30, 9, 7), (41, 12, 10)):
         pos = torch.rand(n, 2, generator=g)
-        data = from_points(pos, x=5 * torch.sin(4 * pos[:, :1]) + 5 * pos[:, 1:])
+        weight = 10.0 ** (-3 * torch.rand(n, generator=g))  # as on a graded mesh
+        data = from_points(pos, x=5 * torch.sin(4 * pos[:, :1]) + 5 * pos[:, 1:], weight=weight)
         data.latent_pos = torch.rand(nv, 2, generator=g)
         data.query_pos = torch.rand(nq, 2, generator=g)
         samples.append(data)
@@ -85,10 +113,18 @@ FIELDS = {
 }
 
 
-def build(decoder_blocks: int, fields: str = "knn") -> PiT:
+def build(decoder_blocks: int, fields: str = "knn", weighted: bool = True) -> PiT:
     torch.manual_seed(0)
     model = PiT(
-        3, 2, 2, width=8, heads=2, blocks=2, decoder_blocks=decoder_blocks, **FIELDS[fields]
+        3,
+        2,
+        2,
+        width=8,
+        heads=2,
+        blocks=2,
+        decoder_blocks=decoder_blocks,
+        weighted=weighted,
+        **FIELDS[fields],
     )
     with torch.no_grad():
         for module in model.modules():
@@ -99,11 +135,14 @@ def build(decoder_blocks: int, fields: str = "knn") -> PiT:
     return model.eval()
 
 
+@pytest.mark.parametrize("weighted", [True, False])
 @pytest.mark.parametrize("fields", list(FIELDS))
 @pytest.mark.parametrize("decoder_blocks", [0, 2])
-def test_pit_forward_matches_the_dense_reference_of_the_whole_model(decoder_blocks, fields):
+def test_pit_forward_matches_the_dense_reference_of_the_whole_model(
+    decoder_blocks, fields, weighted
+):
     data = batch_of_clouds()
-    model = build(decoder_blocks, fields)
+    model = build(decoder_blocks, fields, weighted)
     with torch.no_grad():
         out = model(data)
     assert out.shape == (17, 2)

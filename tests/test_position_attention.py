@@ -43,9 +43,11 @@ def field_mask(D, quantile=None, k=None, radius=None):
     return torch.ones_like(D, dtype=torch.bool)
 
 
-def dense_attention(layer, x_src, pos_src, pos_dst=None, batch_src=None, batch_dst=None, **field):
-    """Concat_h softmax_row(-lambda_h D) U W_h over each sample's own sources, with explicit
-    N_dst x N_src matrices, in float64."""
+def dense_attention(
+    layer, x_src, pos_src, pos_dst=None, batch_src=None, batch_dst=None, weight=None, **field
+):
+    """Concat_h [w_k exp(-lambda_h D_ik) / sum_j w_j exp(-lambda_h D_ij)] U W_h over each sample's
+    own sources (equal w_k without ``weight``), with explicit N_dst x N_src matrices, in float64."""
     if pos_dst is None:
         pos_dst, batch_dst = pos_src, batch_src
     if batch_src is None:
@@ -63,8 +65,10 @@ def dense_attention(layer, x_src, pos_src, pos_dst=None, batch_src=None, batch_d
         D = squared_distances(pos_dst[dst], pos_src[src], periodic)
         mask = field_mask(D, **field)
         for h in range(H):
-            logits = (-lam[h] * D.double()).masked_fill(~mask, -math.inf)
-            out[dst, h] = torch.softmax(logits, dim=1) @ v[src, h]
+            kernel = torch.exp(-lam[h] * D.double()) * mask
+            if weight is not None:
+                kernel = kernel * weight[src].double()
+            out[dst, h] = (kernel / kernel.sum(1, keepdim=True)) @ v[src, h]
     return out.view(len(pos_dst), H * C)
 
 
@@ -84,6 +88,70 @@ def features(n, c=5, seed=1):
 # ---------------------------------------------------------------- global and cross attention
 
 
+def graded_weights(n, seed=3):
+    """Positive quadrature weights spread over four decades, as on a graded mesh."""
+    return 10.0 ** (-4 * torch.rand(n, generator=torch.Generator().manual_seed(seed)))
+
+
+def test_weighted_attention_matches_the_dense_reference_on_every_path():
+    """w_k exp(..) / sum_j w_j exp(..), exactly, through the single-sample fused kernel, the
+    batched fused kernel, the shared-mesh kernel, the per-sample loop of mixed sizes, the
+    periodic chunks and the sparse local fields (quantile, k, radius, periodic images)."""
+    torch.manual_seed(0)
+    pos_src, pos_dst, x = cloud(120), cloud(40, seed=2), features(120)
+    w = graded_weights(120)
+    layers = [
+        PositionAttention(5, 8, heads=2),
+        PositionAttention(5, 8, heads=2, periodic=1.0, chunk_elements=500),
+        LocalPositionAttention(5, 8, heads=2, quantile=0.2),
+        LocalPositionAttention(5, 8, heads=2, k=9),
+        LocalPositionAttention(5, 8, heads=2, radius=0.3),
+        LocalPositionAttention(5, 8, heads=2, k=9, periodic=1.0),
+    ]
+    for layer in layers:
+        field = getattr(layer, "field", {})
+        ref = dense_attention(layer, x, pos_src, pos_dst, weight=w, **field)
+        assert_close(layer(x, pos_src, None, w, pos_dst=pos_dst), ref)
+        assert (ref - dense_attention(layer, x, pos_src, pos_dst, **field)).abs().max() > 1e-2
+        assert_close(
+            layer(x, pos_src, None, w), dense_attention(layer, x, pos_src, weight=w, **field)
+        )
+    # batches: equal sizes on different meshes (batched fused), one shared mesh (shared kernel,
+    # and the fused kernel beyond dense_elements), mixed sizes (per-sample loop)
+    layer = PositionAttention(5, 8, heads=2)
+    batch = torch.arange(3).repeat_interleave(40)
+    batch_dst = torch.arange(3).repeat_interleave(10)
+    shared_src, shared_dst = cloud(40).repeat(3, 1), cloud(10, seed=2).repeat(3, 1)
+    for p_src, p_dst, weight in (
+        (cloud(120), cloud(30, seed=2), w),
+        (shared_src, shared_dst, graded_weights(40).repeat(3)),
+        (shared_src, shared_dst, w),
+    ):
+        ref = dense_attention(layer, x, p_src, p_dst, batch, batch_dst, weight=weight)
+        for dense_elements in (2**24, 0):
+            layer.dense_elements = dense_elements
+            out = layer(x, p_src, batch, weight, pos_dst=p_dst, batch_dst=batch_dst)
+            assert_close(out, ref)
+    mixed = torch.repeat_interleave(torch.arange(3), torch.tensor([50, 30, 40]))
+    ref = dense_attention(layer, x, pos_src, None, mixed, mixed, weight=w)
+    assert_close(layer(x, pos_src, mixed, w), ref)
+
+
+def test_weighted_attention_ignores_the_scale_of_the_weights_and_zero_weights():
+    """Only ratios of weights matter; a source of weight 0 adds nothing (a target still; in a
+    radius field, which does not count its neighbours, nothing else changes)."""
+    torch.manual_seed(0)
+    pos, x, w = cloud(60), features(60), graded_weights(60)
+    for layer in (PositionAttention(5, 8), LocalPositionAttention(5, 8, radius=0.4)):
+        out = layer(x, pos, None, w)
+        torch.testing.assert_close(layer(x, pos, None, 1e3 * w), out, rtol=1e-4, atol=1e-5)
+        zero = torch.cat([w[:50], torch.zeros(10)])
+        without = layer(x[:50], pos[:50], None, w[:50], pos_dst=pos)
+        torch.testing.assert_close(layer(x, pos, None, zero), without, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ConfigError, match="weights must be finite and >= 0"):
+        PositionAttention(5, 8)(x, pos, None, -w)
+
+
 @pytest.mark.parametrize("dim", [1, 2, 3])
 @pytest.mark.parametrize("lambda_param", ["tan", "softplus", "square"])
 def test_global_attention_matches_dense_reference(dim, lambda_param):
@@ -99,7 +167,7 @@ def test_cross_attention_matches_dense_reference(out_channels, heads):
     torch.manual_seed(0)
     layer = PositionAttention(5, out_channels, heads=heads)
     pos_src, pos_dst, x = cloud(200, 3), cloud(70, 3, seed=2), features(200)
-    out = layer(x, pos_src, pos_dst)
+    out = layer(x, pos_src, pos_dst=pos_dst)
     assert out.shape == (70, out_channels)
     assert_close(out, dense_attention(layer, x, pos_src, pos_dst))
 
@@ -110,7 +178,7 @@ def test_heads_have_their_own_lambda():
     with torch.no_grad():
         layer.theta.copy_(torch.tensor([0.01 - math.pi / 2, 1.0]))  # lambda ~ 4e-5 and ~ 10.9
     pos_src, pos_dst, x = cloud(100), cloud(30, seed=2), features(100)
-    out = layer(x, pos_src, pos_dst)
+    out = layer(x, pos_src, pos_dst=pos_dst)
     assert_close(out, dense_attention(layer, x, pos_src, pos_dst))
     mean_value = (x @ layer.lin_v.weight.T)[:, :4].mean(0)  # a tiny lambda averages the values
     torch.testing.assert_close(out[:, :4], mean_value.expand(30, 4), rtol=0, atol=5e-3)
@@ -125,9 +193,9 @@ def test_global_attention_on_a_batch_of_different_sizes_matches_per_sample_refer
     batch_src = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes_src))
     batch_dst = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes_dst))
     x = features(len(pos_src))
-    out = layer(x, pos_src, pos_dst, batch_src, batch_dst)
+    out = layer(x, pos_src, batch_src, pos_dst=pos_dst, batch_dst=batch_dst)
     assert_close(out, dense_attention(layer, x, pos_src, pos_dst, batch_src, batch_dst))
-    self_out = layer(x, pos_src, batch_src=batch_src)
+    self_out = layer(x, pos_src, batch_src)
     assert_close(self_out, dense_attention(layer, x, pos_src, None, batch_src, batch_src))
 
 
@@ -136,7 +204,7 @@ def test_periodic_global_attention_matches_dense_minimum_image_reference(periodi
     torch.manual_seed(0)
     layer = PositionAttention(5, 8, heads=2, periodic=periodic, chunk_elements=1000)
     pos_src, pos_dst, x = cloud(120), cloud(40, seed=2), features(120)
-    assert_close(layer(x, pos_src, pos_dst), dense_attention(layer, x, pos_src, pos_dst))
+    assert_close(layer(x, pos_src, pos_dst=pos_dst), dense_attention(layer, x, pos_src, pos_dst))
 
 
 def test_periodic_attention_ignores_whole_periods_in_the_coordinates():
@@ -162,7 +230,7 @@ def test_global_attention_memory_is_linear_in_the_mesh_sizes():
     ]
     for layer in layers:
         with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
-            layer(x, pos_src, pos_dst)
+            layer(x, pos_src, pos_dst=pos_dst)
         largest = max(event.cpu_memory_usage for event in p.events())
         assert largest < dense_bytes / 4, (layer, largest)
 
@@ -177,7 +245,8 @@ def test_local_attention_matches_dense_quantile_reference_on_random_clouds(quant
     pos_src, pos_dst, x = cloud(200), cloud(60, seed=2), features(200)
     assert_close(layer(x, pos_src), dense_attention(layer, x, pos_src, quantile=quantile))
     assert_close(
-        layer(x, pos_src, pos_dst), dense_attention(layer, x, pos_src, pos_dst, quantile=quantile)
+        layer(x, pos_src, pos_dst=pos_dst),
+        dense_attention(layer, x, pos_src, pos_dst, quantile=quantile),
     )
 
 
@@ -190,7 +259,8 @@ def test_local_attention_matches_dense_quantile_reference_on_a_grid_with_ties():
     assert field_mask(D, quantile=0.05).sum(1).max() > math.ceil(0.05 * 256)  # ties are included
     assert_close(layer(x, pos_src), dense_attention(layer, x, pos_src, quantile=0.05))
     assert_close(
-        layer(x, pos_src, pos_dst), dense_attention(layer, x, pos_src, pos_dst, quantile=0.05)
+        layer(x, pos_src, pos_dst=pos_dst),
+        dense_attention(layer, x, pos_src, pos_dst, quantile=0.05),
     )
 
 
@@ -199,7 +269,9 @@ def test_local_attention_matches_dense_knn_and_radius_references(field):
     torch.manual_seed(0)
     layer = LocalPositionAttention(5, 8, heads=2, **field)
     pos_src, pos_dst, x = cloud(150), cloud(50, seed=2), features(150)
-    assert_close(layer(x, pos_src, pos_dst), dense_attention(layer, x, pos_src, pos_dst, **field))
+    assert_close(
+        layer(x, pos_src, pos_dst=pos_dst), dense_attention(layer, x, pos_src, pos_dst, **field)
+    )
 
 
 def test_local_attention_on_a_batch_of_different_sizes_matches_per_sample_reference():
@@ -211,7 +283,7 @@ def test_local_attention_on_a_batch_of_different_sizes_matches_per_sample_refere
     batch_src = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes_src))
     batch_dst = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes_dst))
     x = features(len(pos_src))
-    out = layer(x, pos_src, pos_dst, batch_src, batch_dst)
+    out = layer(x, pos_src, batch_src, pos_dst=pos_dst, batch_dst=batch_dst)
     ref = dense_attention(layer, x, pos_src, pos_dst, batch_src, batch_dst, quantile=0.05)
     assert_close(out, ref)
 
@@ -227,20 +299,22 @@ def test_periodic_local_attention_matches_dense_minimum_image_reference_with_tie
     batch = torch.repeat_interleave(torch.arange(2), torch.tensor(sizes))
     x_b = features(65)
     ref = dense_attention(layer, x_b, pos_b, None, batch, batch, quantile=0.1)
-    assert_close(layer(x_b, pos_b, batch_src=batch), ref)
+    assert_close(layer(x_b, pos_b, batch), ref)
 
 
 def test_periodic_local_attention_matches_dense_minimum_image_knn_reference():
     torch.manual_seed(0)
     layer = LocalPositionAttention(5, 8, heads=2, k=6, periodic=(1.0, None))
     pos_src, pos_dst, x = cloud(150), cloud(40, seed=2), features(150)
-    assert_close(layer(x, pos_src, pos_dst), dense_attention(layer, x, pos_src, pos_dst, k=6))
+    assert_close(
+        layer(x, pos_src, pos_dst=pos_dst), dense_attention(layer, x, pos_src, pos_dst, k=6)
+    )
 
 
 def test_local_attention_with_an_empty_receptive_field_gives_zeros():
     layer = LocalPositionAttention(5, 8, heads=2, radius=0.1)
     pos_src, x = cloud(50), features(50)
-    out = layer(x, pos_src, torch.tensor([[5.0, 5.0]]))
+    out = layer(x, pos_src, pos_dst=torch.tensor([[5.0, 5.0]]))
     assert torch.equal(out, torch.zeros(1, 8))
 
 
@@ -281,7 +355,7 @@ def test_local_attention_gradients_match_the_dense_reference():
         inputs = [t.clone().requires_grad_(True) for t in (x, pos_src, pos_dst)]
         layer.zero_grad()
         if local:
-            out = layer(*inputs)
+            out = layer(inputs[0], inputs[1], pos_dst=inputs[2])
         else:
             x_, ps, pd = inputs
             v = (x_ @ layer.lin_v.weight.T).view(-1, 2, 4)
@@ -302,9 +376,11 @@ def test_local_attention_runs_under_bfloat16_autocast():
     layer = LocalPositionAttention(5, 8, heads=2, k=6)
     pos_src, pos_dst, x = cloud(60), cloud(20, seed=2), features(60).requires_grad_(True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = layer(x, pos_src, pos_dst)
+        out = layer(x, pos_src, pos_dst=pos_dst)
     out.sum().backward()
-    torch.testing.assert_close(out.float(), layer(x, pos_src, pos_dst), rtol=0.05, atol=0.05)
+    torch.testing.assert_close(
+        out.float(), layer(x, pos_src, pos_dst=pos_dst), rtol=0.05, atol=0.05
+    )
     assert torch.isfinite(x.grad).all() and torch.isfinite(layer.theta.grad).all()
 
 
@@ -316,7 +392,7 @@ def test_local_attention_never_builds_per_edge_messages():
     x = features(20_000, 8).requires_grad_(True)
     num_edges = layer.neighbors(pos_src, pos_dst)[0].shape[1]
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
-        layer(x, pos_src, pos_dst).square().sum().backward()
+        layer(x, pos_src, pos_dst=pos_dst).square().sum().backward()
     largest = max(event.cpu_memory_usage for event in p.events())
     assert largest < 4 * num_edges * 32 / 4, (largest, num_edges)
 
@@ -337,11 +413,11 @@ def make_layers():
 @pytest.mark.parametrize("layer", make_layers(), ids=repr)
 def test_attention_is_invariant_to_source_order_and_equivariant_to_target_order(layer):
     pos_src, pos_dst, x = cloud(120), cloud(50, seed=2), features(120)
-    out = layer(x, pos_src, pos_dst)
+    out = layer(x, pos_src, pos_dst=pos_dst)
     perm_src = torch.randperm(120, generator=torch.Generator().manual_seed(5))
     perm_dst = torch.randperm(50, generator=torch.Generator().manual_seed(6))
-    torch.testing.assert_close(layer(x[perm_src], pos_src[perm_src], pos_dst), out)
-    torch.testing.assert_close(layer(x, pos_src, pos_dst[perm_dst]), out[perm_dst])
+    torch.testing.assert_close(layer(x[perm_src], pos_src[perm_src], pos_dst=pos_dst), out)
+    torch.testing.assert_close(layer(x, pos_src, pos_dst=pos_dst[perm_dst]), out[perm_dst])
     self_out = layer(x, pos_src)
     torch.testing.assert_close(layer(x[perm_src], pos_src[perm_src]), self_out[perm_src])
 
@@ -350,7 +426,7 @@ def test_attention_is_invariant_to_source_order_and_equivariant_to_target_order(
 def test_gradients_reach_lambda_and_the_value_projection(layer):
     pos_src, pos_dst, x = cloud(80), cloud(30, seed=2), features(80)
     layer.zero_grad()
-    layer(x, pos_src, pos_dst).square().sum().backward()
+    layer(x, pos_src, pos_dst=pos_dst).square().sum().backward()
     for grad in (layer.theta.grad, layer.lin_v.weight.grad):
         assert grad is not None and torch.isfinite(grad).all() and (grad != 0).all()
 
@@ -392,7 +468,7 @@ def test_global_attention_asks_for_sorted_batch_vectors():
     layer = PositionAttention(5, 4)
     batch = torch.tensor([0, 1, 0, 1])
     with pytest.raises(ConfigError, match="not sorted"):
-        layer(features(4), cloud(4), batch_src=batch)
+        layer(features(4), cloud(4), batch)
 
 
 def test_periodic_box_needs_one_length_per_axis():
@@ -433,7 +509,7 @@ def test_attention_on_refined_meshes_converges_to_the_integral_operator():
 
     def error(pos):
         with torch.no_grad():
-            out = layer(v(pos), pos, targets.float())
+            out = layer(v(pos), pos, pos_dst=targets.float())
         return (out.double() - exact).pow(2).mean().sqrt().item()
 
     # cell-centred grids (a deterministic X_n ~ mu): second-order convergence

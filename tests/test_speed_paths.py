@@ -78,7 +78,7 @@ def per_sample_position_attention(layer, x, pos_src, pos_dst, batch_src, batch_d
     v = layer.lin_v(x).view(-1, layer.heads, layer.head_channels)
     out = v.new_zeros(len(pos_dst), layer.heads, layer.head_channels)
     for src, dst in sample_slices(batch_src, batch_dst):
-        out[dst] = layer._attend(pos_src[src], pos_dst[dst], v[src], layer.lam)
+        out[dst] = layer._attend(pos_src[src], pos_dst[dst], v[src], layer.lam, None)
     return out.view(len(pos_dst), -1)
 
 
@@ -94,7 +94,7 @@ def test_batched_position_attention_equals_per_sample_and_dense(shared, dense_el
     pos_dst = torch.rand(count, n_dst, 2).expand(b, -1, -1).reshape(-1, 2)
     batch_src, batch_dst = batch_vector(b, n_src), batch_vector(b, n_dst)
     params = [x, layer.theta, layer.lin_v.weight]
-    out = layer(x, pos_src, pos_dst, batch_src, batch_dst)
+    out = layer(x, pos_src, batch_src, pos_dst=pos_dst, batch_dst=batch_dst)
     loop = per_sample_position_attention(layer, x, pos_src, pos_dst, batch_src, batch_dst)
     dense = dense_position_attention(layer, x, pos_src, pos_dst, b)
     torch.testing.assert_close(out, loop, rtol=1e-5, atol=1e-6)
@@ -116,7 +116,7 @@ def test_shared_mesh_kernel_is_computed_once_per_head(monkeypatch):
         return original(q, k, v, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
-    layer(torch.randn(b * n, c), pos, batch_src=batch_vector(b, n))
+    layer(torch.randn(b * n, c), pos, batch_vector(b, n))
     assert calls == [((1, 2, n, 3), (1, 2, n, b * 4))]
 
 
@@ -265,11 +265,11 @@ def test_orthogonal_attention_equal_size_path_equals_padded_path(kwargs, weights
         "varying": torch.cat([torch.rand(b * n - 5) + 0.1, torch.zeros(5)]),  # with queries
     }[weights]
     params = [h, g, *layer.parameters()]
-    fast = layer(h, g, batch, weight)
+    fast = layer(h, None, batch, weight, g=g)
     running = layer.running_moment.clone() if "orthonormalize" in kwargs else None
     monkeypatch.setattr(orthogonal_module, "equal_sizes", lambda *args: None)
     layer.reset_running_stats()
-    padded = layer(h, g, batch, weight)
+    padded = layer(h, None, batch, weight, g=g)
     assert_all_close([fast.detach()], [padded.detach()])
     assert_all_close(grads(fast, params), grads(padded, params))
     if running is not None:  # the batch form's running moment is updated alike
@@ -286,13 +286,14 @@ def test_orthogonal_attention_equal_size_path_is_taken(monkeypatch):
 
     monkeypatch.setattr(orthogonal_module.OrthogonalAttention, "_forward_equal", spy)
     layer = OrthogonalAttention(8, 6, k=2)
-    layer(torch.randn(12, 8), torch.randn(12, 6), batch_vector(3, 4))
-    layer(torch.randn(7, 8), torch.randn(7, 6), torch.tensor([0, 0, 0, 1, 1, 1, 1]))
-    layer(torch.randn(5, 8), torch.randn(5, 6))
+    layer(torch.randn(12, 8), None, batch_vector(3, 4), g=torch.randn(12, 6))
+    layer(torch.randn(7, 8), None, torch.tensor([0, 0, 0, 1, 1, 1, 1]), g=torch.randn(7, 6))
+    layer(torch.randn(5, 8), None, g=torch.randn(5, 6))
     layer(
         torch.randn(12, 8),
-        torch.randn(12, 6),
+        None,
         batch_vector(3, 4),
+        g=torch.randn(12, 6),
         g_dst=torch.randn(6, 6),
         batch_dst=batch_vector(3, 2),
     )
@@ -401,7 +402,7 @@ def test_pit_reference_layer_equals_meshop_with_identity_values(locality):
     u, pos = torch.randn(b, n, c, requires_grad=True), torch.rand(b, n, 2)
     out_ref = layer(u, pos, pos)
     batch = batch_vector(b, n)
-    out = ours(u.reshape(b * n, c), pos.view(b * n, 2), None, batch, batch).view(b, n, -1)
+    out = ours(u.reshape(b * n, c), pos.view(b * n, 2), batch).view(b, n, -1)
     torch.testing.assert_close(out_ref, out, rtol=1e-5, atol=1e-5)
     params_ref, params = [u, layer.theta], [u, ours.theta]
     assert_all_close(grads(out_ref, params_ref), grads(out, params))

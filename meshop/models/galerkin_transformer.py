@@ -401,9 +401,9 @@ class GalerkinTransformer(nn.Module):
         # quadrature weights of the latent nodes: the domain's own when the latent mesh is the
         # input mesh, else 1/n per sample (sampled nodes carry no cell measure)
         weight = getattr(data, "weight", None) if latent_pos is pos else None
-        h = self.cross_down(self.lift(x), pos, latent_pos, batch, latent_batch)
+        h = self.cross_down(self.lift(x), pos, batch, pos_dst=latent_pos, batch_dst=latent_batch)
         h = self._encode(h, latent_pos, latent_batch, weight)
-        h = self.cross_up(h, latent_pos, query_pos, latent_batch, query_batch)
+        h = self.cross_up(h, latent_pos, latent_batch, pos_dst=query_pos, batch_dst=query_batch)
         return self.head(torch.cat([h, query_pos], dim=-1))
 
     def extra_repr(self) -> str:

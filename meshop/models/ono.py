@@ -115,7 +115,7 @@ class SolutionBlock(nn.Module):
         _trunc_normal(self.ffn)
 
     def forward(self, h: Tensor, g: Tensor, batch: Tensor, weight: Tensor) -> Tensor:
-        return self.ffn(self.norm(self.attn(h, g, batch, weight) + h))
+        return self.ffn(self.norm(self.attn(h, None, batch, weight, g=g) + h))
 
 
 class ONO(nn.Module):

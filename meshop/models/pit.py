@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from meshop._pyg import Data
 from meshop.data.batching import latent_nodes, node_batch, node_features, query_nodes
+from meshop.data.neighbors import knn_index
 from meshop.errors import ConfigError
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
@@ -32,7 +33,8 @@ class PiTBlock(nn.Module):
         periodic (float or sequence, optional): periodic box lengths (minimum-image distance).
 
     Shapes:
-        - input: :math:`(N, d_v)`, positions :math:`(N, D)`, batch :math:`(N)` or ``None``
+        - input: :math:`(N, d_v)`, positions :math:`(N, D)`, batch :math:`(N)` or ``None``,
+          quadrature weights :math:`(N)` or ``None``
         - output: :math:`(N, d_v)`
     """
 
@@ -47,8 +49,10 @@ class PiTBlock(nn.Module):
         self.mlp.reset_parameters()
         self.skip.reset_parameters()
 
-    def forward(self, u: Tensor, pos: Tensor, batch: Tensor | None = None) -> Tensor:
-        h = F.gelu(self.attn(u, pos, batch_src=batch))
+    def forward(
+        self, u: Tensor, pos: Tensor, batch: Tensor | None = None, weight: Tensor | None = None
+    ) -> Tensor:
+        h = F.gelu(self.attn(u, pos, batch, weight))
         return F.gelu(self.mlp(h) + self.skip(u))
 
 
@@ -98,6 +102,10 @@ class PiT(nn.Module):
         lambda_param (str): ``"tan"`` (paper), ``"softplus"`` or ``"square"``.
         periodic (float or sequence, optional): periodic box lengths; all distances become
             minimum-image distances.
+        weighted (bool): every attention weights its source nodes by their quadrature weights
+            (:func:`pit_weights`), so that its sums are integrals over the domain, not over the
+            node density; ``False`` is the paper's form (equal weights). The PiT page of the
+            documentation compares the two on a graded and a uniform mesh.
 
     Shapes:
         - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``)
@@ -121,6 +129,7 @@ class PiT(nn.Module):
         decoder_blocks: int = 0,
         lambda_param: str = "tan",
         periodic: float | Sequence[float | None] | None = None,
+        weighted: bool = True,
     ):
         super().__init__()
         if blocks < 0 or decoder_blocks < 0:
@@ -148,8 +157,9 @@ class PiT(nn.Module):
             decoder_blocks=decoder_blocks,
             lambda_param=lambda_param,
             periodic=periodic,
+            weighted=bool(weighted),
         )
-        self.pos_dim = pos_dim
+        self.pos_dim, self.weighted = pos_dim, bool(weighted)
         self.lift = nn.Linear(in_channels, width)
         self.encoder = LocalPositionAttention(
             width,
@@ -199,13 +209,20 @@ class PiT(nn.Module):
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
         query_pos, query_batch = query_nodes(data)
+        weight, latent_weight, query_weight = pit_weights(data) if self.weighted else (None,) * 3
         u = F.gelu(self.lift(features))
-        u = F.gelu(self.encoder(u, pos, latent_pos, batch, latent_batch))  # [N_v, d_v]
+        u = F.gelu(
+            self.encoder(u, pos, batch, weight, pos_dst=latent_pos, batch_dst=latent_batch)
+        )  # [N_v, d_v]
         for block in self.processor:
-            u = block(u, latent_pos, latent_batch)
-        u = F.gelu(self.decoder(u, latent_pos, query_pos, latent_batch, query_batch))  # [N_u, d_v]
+            u = block(u, latent_pos, latent_batch, latent_weight)
+        u = F.gelu(
+            self.decoder(
+                u, latent_pos, latent_batch, latent_weight, pos_dst=query_pos, batch_dst=query_batch
+            )
+        )  # [N_u, d_v]
         for block in self.decoder_processor:
-            u = block(u, query_pos, query_batch)
+            u = block(u, query_pos, query_batch, query_weight)
         return self.head(u)
 
     def extra_repr(self) -> str:
@@ -214,6 +231,32 @@ class PiT(nn.Module):
             f"in_channels={c['in_channels']}, out_channels={c['out_channels']}, "
             f"pos_dim={c['pos_dim']}, width={c['width']}, heads={c['heads']}, blocks={c['blocks']}"
         )
+
+
+def pit_weights(data: Data) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """Quadrature weights of PiT's three node sets: ``(input mesh, latent mesh, query points)``.
+
+    The input mesh has the domain's ``data.weight``. A latent mesh that is the input mesh has the
+    same weights; any other latent mesh (farthest point sampling, a grid) gets, at each latent
+    node, the summed weight of the input nodes nearest to it (the measure of its Voronoi cell in
+    the domain, lumped), so latent nodes outside the domain weigh 0. Query points have the input
+    mesh's weights when they are the input mesh, else equal weights (``None``). Everything is
+    ``None`` when the data has no ``weight``.
+    """
+    weight = getattr(data, "weight", None)
+    if weight is None:
+        return None, None, None
+    pos, batch = data.pos, node_batch(data)
+    latent_pos, latent_batch = latent_nodes(data)
+    if latent_pos is pos:
+        latent_weight = weight
+    else:
+        nearest = knn_index(latent_pos, pos, 1, latent_batch, batch)  # [2, N]: input, latent
+        latent_weight = weight.new_zeros(len(latent_pos)).index_add_(
+            0, nearest[1], weight[nearest[0]]
+        )
+    query_weight = weight if getattr(data, "query_pos", None) is None else None
+    return weight, latent_weight, query_weight
 
 
 def _field(where: str, quantile, k, radius) -> dict:
@@ -230,4 +273,4 @@ def _field(where: str, quantile, k, radius) -> dict:
     return given
 
 
-__all__ = ["PiT", "PiTBlock"]
+__all__ = ["PiT", "PiTBlock", "pit_weights"]

@@ -1,7 +1,9 @@
 """Attention layers (one per file), grid layers and MLPs.
 
-Every attention layer maps features on a source node set to a target node set (self-attention when
-the target is the source): ``layer(x_src, pos_src, pos_dst=None, batch_src=None, batch_dst=None)``.
+Every attention layer is called the same way (:mod:`meshop.nn.interface`):
+``layer(x, pos, batch=None, weight=None, *, pos_dst=None, batch_dst=None, **extra)``, from the
+source nodes (with their quadrature weights) onto the target nodes, self-attention when no target
+is given.
 """
 
 from meshop.nn.encoder import GalerkinEncoderLayer

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from meshop._pyg import to_dense_batch
 from meshop.data.neighbors import equal_sizes
 from meshop.errors import ConfigError
+from meshop.nn.interface import check_inputs
 
 
 def default_weight(n: int, batch: Tensor | None, like: Tensor) -> Tensor:
@@ -95,8 +96,9 @@ class HeadAttention(nn.Module):
         delta (float): diagonal :math:`\delta` added to the projection matrices.
 
     Shapes:
-        - input: ``x`` [N, d], ``pos`` [N, m], ``batch`` [N] (sorted, as in PyG batches),
-          ``weight`` [N]
+        - input: the common signature of :mod:`meshop.nn.interface`, self-attention only:
+          ``x`` [N, d], ``pos`` [N, m], ``batch`` [N] (sorted, as in PyG batches), ``weight`` [N]
+          (``pos_dst`` and ``batch_dst`` raise: the queries are the nodes' own features)
         - output: [N, d]
     """
 
@@ -161,8 +163,16 @@ class HeadAttention(nn.Module):
         raise NotImplementedError
 
     def forward(
-        self, x: Tensor, pos: Tensor, batch: Tensor | None = None, weight: Tensor | None = None
+        self,
+        x: Tensor,
+        pos: Tensor,
+        batch: Tensor | None = None,
+        weight: Tensor | None = None,
+        *,
+        pos_dst: Tensor | None = None,
+        batch_dst: Tensor | None = None,
     ) -> Tensor:
+        check_inputs(type(self).__name__, x, pos, batch, weight, pos_dst, batch_dst, cross=False)
         n, heads = x.shape[0], self.heads
         sizes = equal_sizes(n, n, batch, batch)
         if sizes is not None:

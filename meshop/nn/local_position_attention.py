@@ -14,7 +14,8 @@ from torch.autograd.function import once_differentiable
 from meshop._pyg import softmax
 from meshop.data.neighbors import neighbor_index, sample_slices, sort_edges, squared_distance
 from meshop.errors import ConfigError
-from meshop.nn.position_attention import PositionKernel, box_lengths
+from meshop.nn.interface import check_inputs
+from meshop.nn.position_attention import PositionKernel, box_lengths, log_weight
 
 
 class LocalPositionAttention(PositionKernel):
@@ -24,9 +25,13 @@ class LocalPositionAttention(PositionKernel):
 
     .. math::
         \mathrm{head}^h_i = \sum_{k \in \mathcal{N}(i)}
-            \frac{\exp(-\lambda^h \|x_i - y_k\|^2)}{\sum_{j \in \mathcal{N}(i)}
-            \exp(-\lambda^h \|x_i - y_j\|^2)}\, (U W^h)_k,
-        \qquad \mathrm{out}_i = \mathrm{Concat}(\mathrm{head}^1_i, \dots, \mathrm{head}^H_i).
+            \frac{w_k \exp(-\lambda^h \|x_i - y_k\|^2)}{\sum_{j \in \mathcal{N}(i)}
+            w_j \exp(-\lambda^h \|x_i - y_j\|^2)}\, (U W^h)_k,
+        \qquad \mathrm{out}_i = \mathrm{Concat}(\mathrm{head}^1_i, \dots, \mathrm{head}^H_i),
+
+    with :math:`w_k` the quadrature weights of the source nodes (all equal without ``weight``:
+    the paper's formula; see :class:`~meshop.nn.PositionAttention`). They enter exactly, as
+    :math:`\log w_k` added to the logits of the edges.
 
     The receptive field :math:`\mathcal{N}(i)` holds sources of the target's own sample, given by
     exactly one of
@@ -69,9 +74,10 @@ class LocalPositionAttention(PositionKernel):
             the positions. 0 turns the cache off.
 
     Shapes:
-        - input: source features :math:`(N_{src}, C_{in})`, source positions
-          :math:`(N_{src}, D)`, target positions :math:`(N_{dst}, D)` or ``None`` (self-attention),
-          batch vectors :math:`(N_{src})` and :math:`(N_{dst})` or ``None``
+        - input: the common signature of :mod:`meshop.nn.interface`: ``x`` :math:`(N_{src},
+          C_{in})`, ``pos`` :math:`(N_{src}, D)`, sorted ``batch`` :math:`(N_{src})`, ``weight``
+          :math:`(N_{src})` (``None``: equal weights); keywords ``pos_dst`` :math:`(N_{dst}, D)`
+          (``None``: self-attention) and sorted ``batch_dst`` :math:`(N_{dst})`
         - output: :math:`(N_{dst}, C_{out})`
     """
 
@@ -181,17 +187,23 @@ class LocalPositionAttention(PositionKernel):
 
     def forward(
         self,
-        x_src: Tensor,
-        pos_src: Tensor,
+        x: Tensor,
+        pos: Tensor,
+        batch: Tensor | None = None,
+        weight: Tensor | None = None,
+        *,
         pos_dst: Tensor | None = None,
-        batch_src: Tensor | None = None,
         batch_dst: Tensor | None = None,
     ) -> Tensor:
+        check_inputs(type(self).__name__, x, pos, batch, weight, pos_dst, batch_dst)
         if pos_dst is None:
-            pos_dst, batch_dst = pos_src, batch_src
-        index, dist = self.neighbors(pos_src, pos_dst, batch_src, batch_dst)
-        v = self.lin_v(x_src).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
+            pos_dst, batch_dst = pos, batch
+        index, dist = self.neighbors(pos, pos_dst, batch, batch_dst)
+        v = self.lin_v(x).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
         logits = -dist[:, None] * self.lam[None, :]  # [E, H]
+        log_w = log_weight(weight, pos)
+        if log_w is not None:  # w_k e^{s_k} / sum_j w_j e^{s_j} over each field, exactly
+            logits = logits + log_w[index[1], None].to(logits.dtype)
         alpha = softmax(logits, index=index[0], num_nodes=len(pos_dst))  # over each target's field
         dtype = torch.promote_types(alpha.dtype, v.dtype)
         out = _Aggregate.apply(alpha.to(dtype), v.to(dtype), index, len(pos_dst))

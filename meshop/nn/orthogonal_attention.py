@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from meshop._pyg import scatter, to_dense_batch
 from meshop.data.neighbors import equal_sizes
 from meshop.errors import ConfigError
+from meshop.nn.interface import check_inputs
 
 INNER_PRODUCTS = ("mean", "sum")
 ORTHONORMALIZATIONS = ("sample", "batch")
@@ -83,10 +84,13 @@ class OrthogonalAttention(nn.Module):
         inner_product (str): ``"mean"`` or ``"sum"`` (see above).
 
     Shapes:
-        - input: solution features :math:`h` ``[N, d]``, eigenfunction features :math:`g`
-          ``[N, d']``, optional ``batch`` ``[N]`` (sorted, as in PyG batches), ``weight``
-          ``[N]`` (None: uniform), and for the cross form target features ``g_dst``
-          ``[N_dst, d']`` with ``batch_dst`` ``[N_dst]`` (sorted).
+        - input: the common signature of :mod:`meshop.nn.interface`: solution features
+          :math:`h` as ``x`` ``[N, d]``, ``pos`` (not read; ``None`` will do), optional
+          ``batch`` ``[N]`` (sorted, as in PyG batches), ``weight`` ``[N]`` (None: uniform);
+          keywords: the eigenfunction features :math:`g` ``[N, d']`` (required) and, for the
+          cross form, target features ``g_dst`` ``[N_dst, d']`` with ``batch_dst``
+          ``[N_dst]`` (sorted; ``pos_dst`` optional, only checked). A target of a sample that
+          has no source nodes gets zeros.
         - output: ``[N_dst, d]`` (``N_dst = N`` for self-attention).
     """
 
@@ -153,22 +157,27 @@ class OrthogonalAttention(nn.Module):
 
     def forward(
         self,
-        h: Tensor,
-        g: Tensor,
+        x: Tensor,
+        pos: Tensor | None,
         batch: Tensor | None = None,
         weight: Tensor | None = None,
-        g_dst: Tensor | None = None,
+        *,
+        pos_dst: Tensor | None = None,
         batch_dst: Tensor | None = None,
+        g: Tensor,
+        g_dst: Tensor | None = None,
     ) -> Tensor:
+        h = x
+        _check_streams(h, pos, batch, weight, pos_dst, batch_dst, g, g_dst)
         if g_dst is None and len(g):
             sizes = equal_sizes(len(g), len(g), batch, batch)
             if sizes is not None:
                 return self._forward_equal(h, g, weight, sizes[0])
         batch = _batch_or_zeros(batch, len(g), g.device)
-        num_samples = int(batch.max()) + 1 if batch.numel() else 1
-        w = _sample_normalised(weight, batch, num_samples, g)
         if g_dst is not None:
             batch_dst = _batch_or_zeros(batch_dst, len(g_dst), g.device)
+        num_samples = _num_samples(batch, batch_dst if g_dst is not None else None)
+        w = _sample_normalised(weight, batch, num_samples, g)
         psi, w_d, psi_dst, mask_dst = self._eigenfunctions(
             g, batch, w, num_samples, g_dst, batch_dst
         )
@@ -190,7 +199,7 @@ class OrthogonalAttention(nn.Module):
             q_d = q.to(torch.float64).view(b, m, self.k)
             w_d = w.to(torch.float64)
             count = (w > 0).sum(1).to(w.dtype)
-            chol = self._factor(q_d, w_d, count)
+            chol = self._factor(q_d, w_d, count, torch.ones(b, dtype=torch.bool, device=g.device))
             psi = _whiten(q_d, chol).to(dtype)  # [B, m, k]
             h_d = h.to(dtype).view(b, m, -1)
             coeff = (psi * w.to(dtype)[..., None]).transpose(1, 2) @ h_d  # [B, k, d]
@@ -223,10 +232,10 @@ class OrthogonalAttention(nn.Module):
         :meth:`forward` does, and evaluation mode uses the running moment.
         """
         batch = _batch_or_zeros(batch, len(g), g.device)
-        num_samples = int(batch.max()) + 1 if batch.numel() else 1
-        w = _sample_normalised(weight, batch, num_samples, g)
         if g_dst is not None:
             batch_dst = _batch_or_zeros(batch_dst, len(g_dst), g.device)
+        num_samples = _num_samples(batch, batch_dst if g_dst is not None else None)
+        w = _sample_normalised(weight, batch, num_samples, g)
         _, _, psi_dst, mask_dst = self._eigenfunctions(g, batch, w, num_samples, g_dst, batch_dst)
         return psi_dst[mask_dst]
 
@@ -240,7 +249,9 @@ class OrthogonalAttention(nn.Module):
             q_d, mask = to_dense_batch(q.to(torch.float64), batch, batch_size=num_samples)
             w_d, _ = to_dense_batch(w.to(torch.float64), batch, batch_size=num_samples)
             count = _weighted_count(w, batch, num_samples)
-            chol = self._factor(q_d, w_d, count)  # [B or 1, k, k]
+            # a sample without source nodes (only targets) integrates to zero: any factor will do
+            present = torch.bincount(batch, minlength=num_samples) > 0
+            chol = self._factor(q_d, w_d, count, present)  # [B or 1, k, k]
             psi = _whiten(q_d, chol)
             if q_dst is None:
                 return psi, w_d, psi, mask
@@ -249,22 +260,24 @@ class OrthogonalAttention(nn.Module):
             )
             return psi, w_d, _whiten(q_dst_d, chol), mask_dst
 
-    def _factor(self, q_d, w_d, count) -> Tensor:
+    def _factor(self, q_d, w_d, count, present) -> Tensor:
         """Cholesky factors: one per sample ``[B, k, k]``, or the batch's ``[1, k, k]``; ``count``
-        is the number of weighted nodes of every sample ``[B]``."""
+        is the number of weighted nodes of every sample ``[B]``, ``present`` whether it has any
+        source node."""
         if self.orthonormalize == "batch" and not self.training:
             return _cholesky_with_jitter(self.running_moment.to(torch.float64))[None]
         moments = (q_d * w_d[..., None]).transpose(1, 2) @ q_d  # [B, k, k]: C_b
         if self.orthonormalize == "sample":
-            _check_enough_nodes(count, self.k)
-            return _cholesky_with_jitter(moments)
-        moment = self._batch_moment(moments)
+            _check_enough_nodes(count, self.k, present)
+            eye = torch.eye(self.k, dtype=moments.dtype, device=moments.device)
+            return _cholesky_with_jitter(torch.where(present[:, None, None], moments, eye))
+        moment = self._batch_moment(moments, present)
         self._update_running_moment(moment.detach())
         return _cholesky_with_jitter(moment)[None]
 
-    def _batch_moment(self, moments: Tensor) -> Tensor:
+    def _batch_moment(self, moments: Tensor, present: Tensor) -> Tensor:
         moment_sum = moments.sum(0)  # sum over samples of per-sample moments
-        count = moments.new_tensor([float(len(moments))])
+        count = present.sum().to(moments.dtype).clamp_min(1.0).view(1)  # samples with sources
         if _distributed():
             from torch.distributed.nn.functional import all_reduce
 
@@ -303,6 +316,40 @@ class OrthogonalAttention(nn.Module):
         )
 
 
+def _num_samples(batch: Tensor, batch_dst: Tensor | None) -> int:
+    """Samples of a (source, target) batch: every sample index of either node set counts, so
+    targets of a sample without sources are read (as zeros), not dropped."""
+    last = max([int(b.max()) for b in (batch, batch_dst) if b is not None and b.numel()], default=0)
+    return last + 1
+
+
+def _check_streams(h, pos, batch, weight, pos_dst, batch_dst, g, g_dst) -> None:
+    """The common arguments (:mod:`meshop.nn.interface`) and the two feature streams agree."""
+    check_inputs("OrthogonalAttention", h, pos, batch, weight, needs_pos=False)
+    if g.dim() != 2 or len(g) != len(h):
+        raise ConfigError(
+            f"OrthogonalAttention: g (the eigenfunction features) must be [N, d'] with one row "
+            f"per node of x ({len(h)}), got {tuple(g.shape)}"
+        )
+    if g_dst is None:
+        if pos_dst is not None or batch_dst is not None:
+            raise ConfigError(
+                "OrthogonalAttention evaluates its eigenfunctions at the targets from their "
+                "features: give g_dst (and batch_dst) for a cross form"
+            )
+        return
+    if g_dst.dim() != 2 or g_dst.shape[1] != g.shape[1]:
+        raise ConfigError(
+            f"OrthogonalAttention: g_dst must be [M, {g.shape[1]}] like g, got {tuple(g_dst.shape)}"
+        )
+    for what, t in (("pos_dst", pos_dst), ("batch_dst", batch_dst)):
+        if t is not None and len(t) != len(g_dst):
+            raise ConfigError(
+                f"OrthogonalAttention: {what} has {len(t)} rows but g_dst has {len(g_dst)}; "
+                f"give one per target node"
+            )
+
+
 def _batch_or_zeros(batch: Tensor | None, n: int, device) -> Tensor:
     return batch if batch is not None else torch.zeros(n, dtype=torch.long, device=device)
 
@@ -328,11 +375,13 @@ def _sample_normalised_equal(weight, b, m, like) -> Tensor:
     return w / w.sum(1, keepdim=True)
 
 
-def _check_enough_nodes(count, k) -> None:
+def _check_enough_nodes(count, k, present) -> None:
     """k functions can be orthonormal on a sample only if it has k nodes with positive weight
-    (``count`` of every sample, ``[B]``)."""
-    if bool((count < k).any()):
-        b = int(torch.argmin(count))
+    (``count`` of every sample, ``[B]``; samples without any source node, ``present`` False,
+    have nothing to orthonormalise)."""
+    short = (count < k) & present
+    if bool(short.any()):
+        b = int(torch.argmax(short.to(torch.int8)))
         raise ConfigError(
             f"orthonormalize='sample' makes k={k} eigenfunctions orthonormal on every sample, "
             f"which needs at least k nodes with a positive weight, but sample {b} of the batch "

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from meshop.errors import ConfigError
+from meshop.nn.interface import check_inputs
 
 
 class PhysicsAttention(nn.Module):
@@ -52,9 +53,10 @@ class PhysicsAttention(nn.Module):
         temperature (float): initial value of every :math:`\tau_h`.
 
     Shapes:
-        - input: ``x`` [N, C], ``pos`` [N, dim] (not used: the features carry the coordinates, as
-          in the paper; kept for the common layer signature), ``batch`` [N] (sorted, as in PyG
-          batches), ``weight`` [N]
+        - input: the common signature of :mod:`meshop.nn.interface`, self-attention only:
+          ``x`` [N, C], ``pos`` [N, dim] or ``None`` (not used: the features carry the
+          coordinates, as in the paper), ``batch`` [N] (sorted, as in PyG batches), ``weight``
+          [N] (``pos_dst`` and ``batch_dst`` raise: the slice weights are the nodes' own)
         - output: [N, C]
     """
 
@@ -119,10 +121,24 @@ class PhysicsAttention(nn.Module):
     def forward(
         self,
         x: Tensor,
-        pos: Tensor | None = None,
+        pos: Tensor | None,
         batch: Tensor | None = None,
         weight: Tensor | None = None,
+        *,
+        pos_dst: Tensor | None = None,
+        batch_dst: Tensor | None = None,
     ) -> Tensor:
+        check_inputs(
+            type(self).__name__,
+            x,
+            pos,
+            batch,
+            weight,
+            pos_dst,
+            batch_dst,
+            cross=False,
+            needs_pos=False,
+        )
         sizes = _sample_sizes(batch, len(x))
         s, z = self._slice(x, sizes, weight)  # [H, N, M], [B, H, M, D]
         z = F.scaled_dot_product_attention(

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from meshop.data.neighbors import equal_sizes, sample_slices
 from meshop.errors import ConfigError
+from meshop.nn.interface import check_inputs
 
 #: ways to keep each head's lambda positive (PiT App. C.1), see :func:`positive_lambda`
 LAMBDA_PARAMS = ("tan", "softplus", "square")
@@ -85,6 +86,31 @@ def box_lengths(periodic, dim: int, like: Tensor) -> Tensor:
     return like.new_tensor([0.0 if length is None else length for length in periodic])
 
 
+def log_weight(weight: Tensor | None, like: Tensor) -> Tensor | None:
+    """``log w`` of quadrature weights [N] in the dtype of ``like`` (at least float32), a zero
+    weight giving a very negative finite value (its node then adds nothing to the softmax, and a
+    sample whose weights are all zero falls back to equal weights); ``None`` stays ``None``."""
+    if weight is None:
+        return None
+    dtype = torch.promote_types(like.dtype, torch.float32)
+    weight = weight.to(dtype)
+    if bool((weight < 0).any()) or not bool(torch.isfinite(weight).all()):
+        raise ConfigError(
+            "quadrature weights must be finite and >= 0 (the measure of each node's cell); got "
+            f"min {float(weight.min())}, max {float(weight.max())}"
+        )
+    return weight.clamp_min(torch.finfo(dtype).tiny).log()
+
+
+def _add_log_weight(k: Tensor, log_w: Tensor | None) -> Tensor:
+    """Keys ``[..., N_src, D + 1]`` with ``log w`` added to the last component: the queries'
+    last component is 1, so every logit gains ``log w_k`` and the softmax becomes
+    ``w_k e^{s_k} / sum_j w_j e^{s_j}`` (exact)."""
+    if log_w is None:
+        return k
+    return torch.cat([k[..., :-1], k[..., -1:] + log_w.to(k.dtype)[..., None]], dim=-1)
+
+
 def minimum_image(delta: Tensor, box: Tensor) -> Tensor:
     """Minimum-image displacement: each periodic component of ``delta`` [..., dim] is wrapped
     into ``[-L/2, L/2]`` by ``delta - L * round(delta / L)``; components with ``L == 0`` stay."""
@@ -136,23 +162,29 @@ class PositionAttention(PositionKernel):
 
     Self-attention on one mesh (PiT eqs. (5)-(6)) and cross attention from a source mesh
     :math:`\{y_k\}` onto a target mesh :math:`\{x_i\}` (eq. (9)) are the same formula, run per
-    sample of a batch, with one bandwidth :math:`\lambda^h > 0` per head (App. C.2, eq. (22)):
+    sample of a batch, with one bandwidth :math:`\lambda^h > 0` per head (App. C.2, eq. (22)) and
+    the quadrature weights :math:`w_k` of the source nodes:
 
     .. math::
-        \mathrm{head}^h_i = \sum_{k} \frac{\exp(-\lambda^h \|x_i - y_k\|^2)}
-            {\sum_{j} \exp(-\lambda^h \|x_i - y_j\|^2)}\, (U W^h)_k,
+        \mathrm{head}^h_i = \sum_{k} \frac{w_k \exp(-\lambda^h \|x_i - y_k\|^2)}
+            {\sum_{j} w_j \exp(-\lambda^h \|x_i - y_j\|^2)}\, (U W^h)_k,
         \qquad \mathrm{out}_i = \mathrm{Concat}(\mathrm{head}^1_i, \dots, \mathrm{head}^H_i),
 
     with :math:`W^h \in \mathbb{R}^{C_{in} \times C_{out}/H}` (together the value projection
-    :math:`W^V`, no bias) and the sums over the source nodes of the target's own sample. As the
-    source mesh is refined this converges to the integral operator of Theorem 2.1 (eqs. (7)-(8)).
+    :math:`W^V`, no bias) and the sums over the source nodes of the target's own sample. Without
+    ``weight`` every :math:`w_k` is equal: the paper's formula, whose limit under mesh refinement
+    is the integral operator of Theorem 2.1 (eqs. (7)-(8)) against the *node density*; with the
+    mesh's weights the sums are quadratures, and the limit is the same integral over the domain
+    on graded and uniform meshes alike. The weights enter exactly, as :math:`\log w_k` added to
+    every logit (below), on every path; their scale does not matter.
 
     The :math:`N_{dst} \times N_{src}` matrix is never built. Since
     :math:`-\lambda\|x - y\|^2 = 2\lambda x \cdot y - \lambda\|y\|^2 - \lambda\|x\|^2` and the row
     softmax cancels the last term, each head is scaled-dot-product attention with queries
-    :math:`[x, 1]`, keys :math:`[2\lambda y, -\lambda\|y\|^2]` and ``scale=1``; coordinates are
-    centred on the sample's source mean first (float32 cancellation) and zero-padded to the value
-    head width, so that ``F.scaled_dot_product_attention`` takes its fused kernel (O(N) memory).
+    :math:`[x, 1]`, keys :math:`[2\lambda y, -\lambda\|y\|^2 + \log w]` and ``scale=1``;
+    coordinates are centred on the sample's source mean first (float32 cancellation) and
+    zero-padded to the value head width, so that ``F.scaled_dot_product_attention`` takes its
+    fused kernel (O(N) memory).
     Batches whose samples all have the same numbers of source and target nodes (grids, fixed
     meshes, resampled latent meshes) run as one batched call (``[B, H, N, P]``). When every sample
     of such a batch also has the same mesh (grids, Darcy, Burgers), each head's kernel is computed
@@ -164,8 +196,8 @@ class PositionAttention(PositionKernel):
 
     With ``periodic`` the distance is the minimum-image one, :math:`\|x - y\|_L^2 = \sum_a
     (\delta_a - L_a\,\mathrm{round}(\delta_a / L_a))^2` with :math:`\delta = x - y`. It is not a dot
-    product, so the kernel is computed exactly in chunks of targets: O(chunk x N_src) memory, at
-    most ``chunk_elements`` distances at a time.
+    product, so the kernel (with :math:`\log w_k` added to its logits) is computed exactly in
+    chunks of targets: O(chunk x N_src) memory, at most ``chunk_elements`` distances at a time.
 
     Args:
         in_channels (int): width :math:`C_{in}` of the source features.
@@ -181,9 +213,11 @@ class PositionAttention(PositionKernel):
             batch whose samples share one mesh; 0 always uses the fused kernel.
 
     Shapes:
-        - input: source features :math:`(N_{src}, C_{in})`, source positions
-          :math:`(N_{src}, D)`, target positions :math:`(N_{dst}, D)` or ``None`` (self-attention),
-          sorted batch vectors :math:`(N_{src})` and :math:`(N_{dst})` or ``None``
+        - input: the common signature of :mod:`meshop.nn.interface`: ``x`` :math:`(N_{src},
+          C_{in})`, ``pos`` :math:`(N_{src}, D)`, sorted ``batch`` :math:`(N_{src})`, ``weight``
+          :math:`(N_{src})` (``None``: equal weights, the paper's form); keywords ``pos_dst``
+          :math:`(N_{dst}, D)` (``None``: self-attention) and sorted ``batch_dst``
+          :math:`(N_{dst})`
         - output: :math:`(N_{dst}, C_{out})`
     """
 
@@ -203,39 +237,50 @@ class PositionAttention(PositionKernel):
 
     def forward(
         self,
-        x_src: Tensor,
-        pos_src: Tensor,
+        x: Tensor,
+        pos: Tensor,
+        batch: Tensor | None = None,
+        weight: Tensor | None = None,
+        *,
         pos_dst: Tensor | None = None,
-        batch_src: Tensor | None = None,
         batch_dst: Tensor | None = None,
     ) -> Tensor:
+        check_inputs(type(self).__name__, x, pos, batch, weight, pos_dst, batch_dst)
         if pos_dst is None:
-            pos_dst, batch_dst = pos_src, batch_src
-        v = self.lin_v(x_src).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
+            pos_dst, batch_dst = pos, batch
+        v = self.lin_v(x).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
+        if len(pos) == 0 or len(pos_dst) == 0:  # nothing to attend to, or nobody asking
+            return v.new_zeros(len(pos_dst), self.out_channels)
         lam = self.lam
-        sizes = equal_sizes(len(pos_src), len(pos_dst), batch_src, batch_dst)
+        log_w = log_weight(weight, pos)
+        sizes = equal_sizes(len(pos), len(pos_dst), batch, batch_dst)
         if self.periodic is None and sizes is not None:
             b, n_src, n_dst = sizes
             out = self._attend_batched(
-                pos_src.view(b, n_src, -1),
+                pos.view(b, n_src, -1),
                 pos_dst.view(b, n_dst, -1),
                 v.view(b, n_src, self.heads, self.head_channels),
                 lam,
+                None if log_w is None else log_w.view(b, n_src),
             )
             return out.reshape(len(pos_dst), self.out_channels)
-        if batch_src is None:
-            batch_src = torch.zeros(len(pos_src), dtype=torch.long, device=pos_src.device)
+        if batch is None:
+            batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
         if batch_dst is None:
             batch_dst = torch.zeros(len(pos_dst), dtype=torch.long, device=pos_dst.device)
         attend = self._attend if self.periodic is None else self._attend_periodic
         out = v.new_zeros(len(pos_dst), self.heads, self.head_channels)
-        for src, dst in sample_slices(batch_src, batch_dst):
+        for src, dst in sample_slices(batch, batch_dst):
             if src.stop > src.start and dst.stop > dst.start:
-                out[dst] = attend(pos_src[src], pos_dst[dst], v[src], lam)
+                w = None if log_w is None else log_w[src]
+                out[dst] = attend(pos[src], pos_dst[dst], v[src], lam, w)
         return out.view(len(pos_dst), self.out_channels)
 
-    def _attend(self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor) -> Tensor:
-        """One sample: exact Gaussian softmax attention via SDPA on augmented coordinates."""
+    def _attend(
+        self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor, log_w: Tensor | None
+    ) -> Tensor:
+        """One sample: exact Gaussian softmax attention via SDPA on augmented coordinates; the
+        log-weights ``log_w`` [N_src] join the key's last component (the query's is 1)."""
         centre = pos_src.mean(0)
         y, x = pos_src - centre, pos_dst - centre
         dim, heads, width = x.shape[1], self.heads, self.head_channels
@@ -243,7 +288,8 @@ class PositionAttention(PositionKernel):
         q = F.pad(torch.cat([x, torch.ones_like(x[:, :1])], dim=1), (0, size - dim - 1))
         q = q.expand(heads, -1, -1)  # [H, N_dst, P]
         k = torch.cat([2.0 * y, -y.square().sum(1, keepdim=True)], dim=1)  # [N_src, D + 1]
-        k = F.pad(lam.view(heads, 1, 1) * k, (0, size - dim - 1))  # [H, N_src, P]
+        k = _add_log_weight(lam.view(heads, 1, 1) * k, log_w)
+        k = F.pad(k, (0, size - dim - 1))  # [H, N_src, P]
         v = F.pad(v.transpose(0, 1), (0, size - width))  # [H, N_src, P]
         dtype = v.dtype
         out = F.scaled_dot_product_attention(
@@ -254,26 +300,30 @@ class PositionAttention(PositionKernel):
         )
         return out[0, :, :, :width].transpose(0, 1)  # [N_dst, H, C_h]
 
-    def _attend_batched(self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor) -> Tensor:
+    def _attend_batched(
+        self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor, log_w: Tensor | None
+    ) -> Tensor:
         """Samples of equal sizes: ``pos_src`` [B, N_src, D], ``pos_dst`` [B, N_dst, D], ``v``
-        [B, N_src, H, C_h] -> [B, N_dst, H, C_h]."""
+        [B, N_src, H, C_h], ``log_w`` [B, N_src] or None -> [B, N_dst, H, C_h]."""
         b, n_src, heads, width = v.shape
         n_dst = pos_dst.shape[1]
         shared = b == 1 or (
             torch.equal(pos_src, pos_src[:1].expand_as(pos_src))
             and torch.equal(pos_dst, pos_dst[:1].expand_as(pos_dst))
+            and (log_w is None or torch.equal(log_w, log_w[:1].expand_as(log_w)))
         )
         if shared:
             pos_src, pos_dst = pos_src[:1], pos_dst[:1]
+            log_w = None if log_w is None else log_w[:1]
         centre = pos_src.mean(1, keepdim=True)
         y, x = pos_src - centre, pos_dst - centre  # [B', N, D]
         if not shared or heads * n_dst * n_src > self.dense_elements:
-            return self._attend_fused(x, y, v, lam)
+            return self._attend_fused(x, y, v, lam, log_w)
         # one kernel per head for every sample: the samples' values side by side, [H, N_src, B C];
         # queries and keys keep the width D + 1 of the augmented coordinates (no padding)
         q = torch.cat([x, torch.ones_like(x[..., :1])], dim=-1).expand(heads, -1, -1)
         k = torch.cat([2.0 * y, -y.square().sum(-1, keepdim=True)], dim=-1)  # [1, N_src, D + 1]
-        k = lam.view(heads, 1, 1) * k
+        k = _add_log_weight(lam.view(heads, 1, 1) * k, None if log_w is None else log_w[0])
         values = v.permute(2, 1, 0, 3).reshape(1, heads, n_src, b * width)
         dtype = values.dtype
         out = F.scaled_dot_product_attention(
@@ -281,7 +331,9 @@ class PositionAttention(PositionKernel):
         )  # [1, H, N_dst, B C]
         return out[0].view(heads, n_dst, b, width).permute(2, 1, 0, 3)
 
-    def _attend_fused(self, x: Tensor, y: Tensor, v: Tensor, lam: Tensor) -> Tensor:
+    def _attend_fused(
+        self, x: Tensor, y: Tensor, v: Tensor, lam: Tensor, log_w: Tensor | None
+    ) -> Tensor:
         """The batched path through the fused kernel: ``x`` [B', N_dst, D] and ``y`` [B', N_src, D]
         centred coordinates (B' = 1 on a shared mesh), ``v`` [B, N_src, H, C_h]."""
         b, _, heads, width = v.shape
@@ -290,8 +342,9 @@ class PositionAttention(PositionKernel):
         q = torch.cat([x, torch.ones_like(x[..., :1])], dim=-1)  # [B', N_dst, D + 1]
         q = F.pad(q, (0, size - dim - 1))[:, None].expand(b, heads, -1, -1)
         k = torch.cat([2.0 * y, -y.square().sum(-1, keepdim=True)], dim=-1)  # [B', N_src, D + 1]
-        k = F.pad(lam.view(1, heads, 1, 1) * k[:, None], (0, size - dim - 1))
-        k = k.expand(b, heads, -1, -1)
+        k = lam.view(1, heads, 1, 1) * k[:, None]  # [B', H, N_src, D + 1]
+        k = _add_log_weight(k, None if log_w is None else log_w[:, None])
+        k = F.pad(k, (0, size - dim - 1)).expand(b, heads, -1, -1)
         values = F.pad(v.transpose(1, 2), (0, size - width))  # [B, H, N_src, P]
         dtype = values.dtype
         out = F.scaled_dot_product_attention(
@@ -299,7 +352,9 @@ class PositionAttention(PositionKernel):
         )
         return out[..., :width].transpose(1, 2)  # [B, N_dst, H, C_h]
 
-    def _attend_periodic(self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor) -> Tensor:
+    def _attend_periodic(
+        self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor, log_w: Tensor | None
+    ) -> Tensor:
         """One sample, minimum-image distances, exact kernel in chunks of targets."""
         box = box_lengths(self.periodic, pos_src.shape[1], pos_src)
         chunk = max(1, self.chunk_elements // len(pos_src))
@@ -310,7 +365,8 @@ class PositionAttention(PositionKernel):
         for start in range(0, len(pos_dst), chunk):
             delta = minimum_image(pos_dst[start : start + chunk, None] - pos_src[None], box)
             dist = delta.square().sum(-1)  # [c, N_src]
-            attn = torch.softmax(-lam.view(-1, 1, 1) * dist, dim=-1)  # [H, c, N_src]
+            logits = -lam.view(-1, 1, 1) * dist  # [H, c, N_src]
+            attn = torch.softmax(logits if log_w is None else logits + log_w, dim=-1)
             out[start : start + chunk] = torch.matmul(attn.to(v.dtype), v).transpose(0, 1)
         return out
 
@@ -325,6 +381,7 @@ class PositionAttention(PositionKernel):
 __all__ = [
     "LAMBDA_PARAMS",
     "PositionAttention",
+    "log_weight",
     "minimum_image",
     "positive_lambda",
 ]

@@ -19,8 +19,12 @@ VERSION = 1
 CHECKPOINT_NAME = "checkpoint.pt"
 #: options added to a model after checkpoints of it were written: the value that reproduces what
 #: those checkpoints were trained with, used when a saved config lacks the option
-#: (ONO's eigenfunctions were whitened over the batch before ``orthonormalize`` existed)
-SAVED_BEFORE_OPTION = {"meshop.models.ono:ONO": {"orthonormalize": "batch"}}
+#: (ONO's eigenfunctions were whitened over the batch before ``orthonormalize`` existed; PiT
+#: attended without quadrature weights before ``weighted``)
+SAVED_BEFORE_OPTION = {
+    "meshop.models.ono:ONO": {"orthonormalize": "batch"},
+    "meshop.models.pit:PiT": {"weighted": False},
+}
 
 
 def save_atomic(obj: Any, path: str | os.PathLike) -> Path:
