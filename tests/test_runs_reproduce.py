@@ -84,3 +84,10 @@ def test_meshop_evaluate_with_a_resolution_dataset_arg_evaluates_on_the_finer_gr
     assert fine["samples"] == 2
     assert fine["test_rel_l2"] == pytest.approx(np.mean(errors), rel=1e-5)
     assert fine["test_rel_l2"] != pytest.approx(coarse["test_rel_l2"], rel=1e-3)
+
+
+def test_the_demo_trains_the_pit_form_its_quoted_figures_were_measured_with():
+    """README and docs/training.md quote the demo run with the papers' unweighted attention."""
+    settings = DemoSettings()
+    assert settings.pit["weighted"] is False
+    assert (settings.num_train, settings.epochs, settings.batch_size) == (500, 40, 2)
