@@ -39,6 +39,8 @@ from common import (
     progress,
 )
 
+from meshop.models.registry import MODELS as REGISTERED
+
 #: split sizes and dataset options, the same for every model of a dataset
 DATASETS = {
     "elasticity": dict(num_train=200, num_test=50),
@@ -94,14 +96,7 @@ MODELS = ("pit", "galerkin", "fourier", "ono", "transolver", "mlp")
 SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "fourier", "ono", "transolver")
 #: refinement levels of the DarcyMesh test meshes evaluated without retraining (2x, 4x finer)
 REFINEMENTS = (1, 2)
-NAMES = {
-    "pit": "PiT",
-    "galerkin": "Galerkin Transformer",
-    "fourier": "Fourier Transformer",
-    "ono": "ONO",
-    "transolver": "Transolver",
-    "mlp": "MLP baseline",
-}
+NAMES = {name: entry.title for name, entry in REGISTERED.items()}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -164,16 +159,31 @@ def super_resolutions(train_resolution: int, fine_resolution: int) -> list[int]:
     return out
 
 
-def run_config(dataset: str, model: str, epochs: int, out: Path, args):
+def run_config(dataset: str, model: str, epochs: int, out: Path, args, settings=None):
+    """The run of one pair; ``settings`` (``{"train": ..., "model": ..., "dataset": ...}``) go
+    over the presets and the table's split sizes (preset trials, ``tune.py``)."""
     from meshop.train.config import RunConfig
 
+    settings = settings or {}
     return RunConfig(
         dataset=dataset,
         model=model,
         out=str(out),
         data_dir=args.data_dir,
-        train={"epochs": epochs, "seed": args.seed, "progress": False, "device": "cpu"},
-        dataset_args={**dataset_options(dataset, args), "seed": args.seed, "progress": False},
+        train={
+            **settings.get("train", {}),
+            "epochs": epochs,
+            "seed": args.seed,
+            "progress": False,
+            "device": "cpu",
+        },
+        model_args=settings.get("model", {}),
+        dataset_args={
+            **dataset_options(dataset, args),
+            **settings.get("dataset", {}),
+            "seed": args.seed,
+            "progress": False,
+        },
     )
 
 

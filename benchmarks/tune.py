@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from accuracy import DATASETS, NAMES
+from accuracy import NAMES, run_config
 from common import RESULTS, machine, markdown_table
 
 LOG = RESULTS / "tuning.jsonl"
@@ -43,7 +43,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, default=Path("runs/tuning"))
     parser.add_argument("--log", type=Path, default=LOG)
     parser.add_argument("--table", action="store_true", help="print the trials of --log")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.quick = False  # the table's split sizes (accuracy.dataset_options)
+    return args
 
 
 def settings(pairs: list[str]) -> dict[str, dict]:
@@ -68,33 +70,12 @@ def trial(args) -> dict:
     import torch
 
     from meshop.train import load_model
-    from meshop.train.config import RunConfig
     from meshop.train.run import train_run
 
     torch.set_num_threads(args.threads)
-    chosen = settings(args.set)
     name = "-".join([args.dataset, args.model, *(s.replace("/", "_") for s in args.set)])
     out = args.runs / name[:120]
-    run = RunConfig(
-        dataset=args.dataset,
-        model=args.model,
-        out=str(out),
-        data_dir=args.data_dir,
-        train={
-            **chosen["train"],
-            "epochs": args.epochs,
-            "seed": args.seed,
-            "progress": False,
-            "device": "cpu",
-        },
-        model_args=chosen["model"],
-        dataset_args={
-            **DATASETS[args.dataset],
-            **chosen["dataset"],
-            "seed": args.seed,
-            "progress": False,
-        },
-    )
+    run = run_config(args.dataset, args.model, args.epochs, out, args, settings(args.set))
     load = os.getloadavg()[0]
     start = time.perf_counter()
     metrics = train_run(run, figures=False, log=lambda *_: None)

@@ -27,6 +27,8 @@ class ModelEntry:
     defaults: dict[str, Any] = field(default_factory=dict)
     #: the model attends through a latent mesh (``data.latent_pos``)
     uses_latent_mesh: bool = False
+    #: the model's name in tables and figures
+    title: str = ""
 
 
 MODELS: dict[str, ModelEntry] = {
@@ -34,27 +36,33 @@ MODELS: dict[str, ModelEntry] = {
         "meshop.models.pit:PiT",
         "Position-induced Transformer (position-attention, latent mesh)",
         uses_latent_mesh=True,
+        title="PiT",
     ),
     "galerkin": ModelEntry(
         "meshop.models.galerkin_transformer:GalerkinTransformer",
         "Galerkin Transformer (softmax-free linear attention)",
+        title="Galerkin Transformer",
     ),
     "fourier": ModelEntry(
         "meshop.models.galerkin_transformer:GalerkinTransformer",
         "Fourier Transformer (softmax-free Fourier-type attention)",
         defaults={"attention": "fourier"},
+        title="Fourier Transformer",
     ),
     "ono": ModelEntry(
         "meshop.models.ono:ONO",
         "Orthogonal Neural Operator (orthogonal attention, two streams)",
+        title="ONO",
     ),
     "transolver": ModelEntry(
         "meshop.models.transolver:Transolver",
         "Transolver (physics-attention among learned slices of the mesh)",
+        title="Transolver",
     ),
     "mlp": ModelEntry(
         "meshop.models.mlp_baseline:MLPBaseline",
         "pointwise MLP on node features (baseline)",
+        title="MLP baseline",
     ),
 }
 
