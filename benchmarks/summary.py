@@ -1,6 +1,7 @@
 """The headline figures of the speed and memory benchmarks, generated from their result files.
 
-    python benchmarks/summary.py          # write results/summary.md and the README's speed table
+    python benchmarks/summary.py          # write results/summary.md, results/notes.md and the
+                                          # README's speed table
     python benchmarks/summary.py --check  # exit status 1 if either differs from the results
 
 Reads ``position_attention.json``, ``local_attention.json``, ``models.json``,
@@ -41,6 +42,8 @@ from local_attention import QUANTILE as LOCAL_QUANTILE
 from local_attention import K as LOCAL_K
 from models import KNN_FIELD as PIT_KNN
 from models import QUANTILE as PIT_QUANTILE
+from notes import load as load_notes
+from notes import notes_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -488,6 +491,8 @@ def main(argv=None) -> int:
     wanted = {
         args.results / "summary.md": summary_markdown(data),
         args.readme: replace_readme(args.readme.read_text(), readme_section(data)),
+        # the figures that the documentation's prose quotes (benchmarks/notes.py)
+        args.results / "notes.md": notes_markdown(load_notes(args.results)),
     }
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if args.check:
