@@ -193,3 +193,32 @@ def test_demo_table_is_the_recorded_run():
     assert f"Measured on {demo['machine']['date'][:10]}" in section
     training = (ROOT / "docs" / "training.md").read_text()
     assert '--8<-- "README.md:demo"' in training
+
+
+CODE_SPAN = re.compile(r"`[^`\n]+`")
+# a formula typed as code: `q k^T`, `softmax(...)`, `sqrt(...)`, `sum_i ...`, `O(N^2)`
+FORMULA = re.compile(r"\^[-\w{(]|softmax\(|sqrt\(|\bsum_|\bO\(")
+
+
+def code_formulas(text: str) -> list[str]:
+    return [span for span in CODE_SPAN.findall(text) if FORMULA.search(span)]
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_formulas_in_one_notation(page):
+    """The site's pages write formulas in LaTeX between ``$`` signs (MathJax renders them), never
+    between ``\\(`` and ``\\)`` beside them nor typed as code; code blocks are code."""
+    text = re.sub(r"^(```+).*?^\1", "", page.read_text(), flags=re.S | re.M)
+    assert "\\(" not in text, f"{page.name}: a formula between \\( and \\): write $...$"
+    typed = code_formulas(text)
+    assert not typed, f"{page.name}: formulas typed as code: {typed}"
+
+
+def test_code_formula_pattern():
+    assert code_formulas("the paper's `(1/(B M)) sum q q^T` and `x.sum()`") == [
+        "`(1/(B M)) sum q q^T`"
+    ]
+    assert code_formulas("`z = softmax(q k^T / sqrt(D)) v` and `model(batch)`") == [
+        "`z = softmax(q k^T / sqrt(D)) v`"
+    ]
+    assert not code_formulas("`torch.nn.functional.softmax` and `quantile=0.02`")
