@@ -2,7 +2,7 @@
 
     python benchmarks/summary.py          # write results/summary.md, results/notes.md and the
                                           # README's speed table
-    python benchmarks/summary.py --check  # exit status 1 if either differs from the results
+    python benchmarks/summary.py --check  # exit status 1 if any of them differs from the results
 
 Reads ``position_attention.json``, ``local_attention.json``, ``models.json``,
 ``models_2threads.json`` and ``linear_attention.json`` in ``benchmarks/results/`` (what
