@@ -116,6 +116,24 @@ def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path
     results = str(tmp_path / "accuracy.json")
     script("accuracy").main(["--tables-from", results, "--out", str(redrawn)])
     assert (redrawn / "accuracy.md").read_text() == tables
+    assert "the whole command took" in tables
+
+    # an interrupted table resumes from the pairs already finished, trains nothing twice and
+    # reuses no record measured with another budget
+    accuracy = script("accuracy")
+    log = tmp_path / "runs" / "records.jsonl"
+    with log.open("a") as f:
+        f.write('{"key": {"budget"')  # a line cut short by the interruption
+    trained = []
+    monkeypatch.setattr(accuracy, "pair_record", lambda d, m, a: trained.append(m) or records[1])
+    accuracy.main([*args, "--out", str(tmp_path / "resumed"), "--resume"])
+    assert trained == []
+    resumed = json.loads((tmp_path / "resumed" / "accuracy.json").read_text())["records"]
+    assert resumed == records
+    accuracy.main([*args, "--out", str(tmp_path / "other"), "--resume", "--epochs", "2"])
+    assert trained == ["pit", "mlp"]
+    accuracy.main([*args, "--out", str(tmp_path / "fresh")])  # no --resume: starts over
+    assert trained == ["pit", "mlp"] * 2 and len(log.read_text().splitlines()) == 2
 
 
 def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkeypatch):
@@ -367,3 +385,19 @@ def test_attention_cost_verdict_follows_the_growth_of_each_form():
 
     assert summary._linear(data(1))[0][2].startswith("met")
     assert summary._linear(data(2))[0][2] == "not met: a linear form grows faster"
+
+
+def test_accuracy_runs_longest_first(tmp_path):
+    """Runs side by side pack best with the longest first: time per epoch of the last results
+    times this run's epochs; never-measured pairs first."""
+    accuracy = script("accuracy")
+    rows = [
+        {"dataset": "darcy", "model": "pit", "train_seconds": 100.0, "epochs": 10},
+        {"dataset": "darcy", "model": "mlp", "train_seconds": 30.0, "epochs": 10},
+    ]
+    (tmp_path / "accuracy.json").write_text(json.dumps({"machine": {}, "records": rows}))
+    pairs = [("darcy", "mlp"), ("darcy", "pit"), ("burgers", "pit")]
+    args = accuracy.parse_args(["--out", str(tmp_path), "--epochs", "5"])
+    assert accuracy.longest_first(pairs, args) == [("burgers", "pit"), ("darcy", "pit"), pairs[0]]
+    args = accuracy.parse_args(["--out", str(tmp_path)])  # the table's epochs: MLP 304 of 3 s
+    assert accuracy.longest_first(pairs, args)[1:] == [("darcy", "mlp"), ("darcy", "pit")]
