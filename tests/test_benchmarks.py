@@ -253,10 +253,55 @@ def test_plots_draw_every_figure_from_the_results(tmp_path):
         assert (tmp_path / "figures" / f"benchmarks_{name}.png").stat().st_size > 10_000
 
 
-def test_readme_accuracy_table_is_the_measured_one():
-    records = json.loads((BENCHMARKS / "results" / "accuracy.json").read_text())["records"]
+def test_readme_accuracy_section_is_generated_from_the_measured_results():
+    """The README's accuracy text, table and findings are those of accuracy.json (rerun
+    ``python benchmarks/accuracy.py --tables-from benchmarks/results/accuracy.json`` after
+    changing the results)."""
+    data = json.loads((BENCHMARKS / "results" / "accuracy.json").read_text())
     readme = (BENCHMARKS.parent / "README.md").read_text()
-    assert script("accuracy").summary_table(records) in readme
+    accuracy = script("accuracy")
+    assert accuracy.summary_table(data["records"]) in readme
+    assert accuracy.readme_section(data) in readme
+
+
+def test_accuracy_findings_are_computed_from_the_records(tmp_path):
+    accuracy = script("accuracy")
+
+    def row(dataset, model, error, **extra):
+        options = {"num_train": 400 if dataset == "darcy-mesh" else 200, "num_test": 50}
+        return {
+            "dataset": dataset,
+            "model": model,
+            "test_rel_l2": error,
+            "options": options,
+            **extra,
+        }
+
+    records = [
+        row("darcy", "pit", 0.04, super_resolution={"22": 0.04, "43": 0.05, "85": 0.06}),
+        row("darcy", "galerkin", 0.03, super_resolution={"22": 0.03, "43": 0.033, "85": 0.04}),
+        row("elasticity", "pit", 0.1),
+        row("elasticity", "ono", 0.2),
+        row("elasticity", "mlp", 0.3),
+        row("darcy-mesh", "galerkin", 0.15, refinement={"0": 0.15, "1": 0.3, "2": 0.45}),
+        row("darcy-mesh", "pit", 0.05, refinement={"0": 0.05, "1": 0.06, "2": 0.075}),
+        row("darcy-mesh", "mlp", 0.4, refinement={"0": 0.4, "1": 0.4, "2": 0.4}),
+    ]
+    text = accuracy.findings(records)
+    assert "8.0x on DarcyMesh (PiT 0.0500 against 0.4000) and 3.0x on Elasticity" in text
+    assert "PiT's error is 1.20x and 1.50x its error at the training resolution" in text
+    assert "every model's error is 1.10x to 1.25x its error on the training grid" in text
+    info = {"seed": 0, "date": "today", "command": "python accuracy.py", "wall_seconds": 3000}
+    section = accuracy.readme_section({"machine": {**info, "jobs": 2}, "records": records})
+    assert "training on 200 (400 on Darcy-mesh)" in " ".join(section.split())
+    assert "the whole table took 50 min with 2 runs" in " ".join(section.split())
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{accuracy.README_START}\nold\n{accuracy.README_END}\nbottom\n")
+    accuracy.update_readme({"machine": {**info, "jobs": 2}, "records": records}, readme)
+    assert readme.read_text() == f"top\n{section}\nbottom\n"
+    readme.write_text("no markers")
+    with pytest.raises(SystemExit, match="lacks the markers"):
+        accuracy.update_readme({"machine": info, "records": records}, readme)
 
 
 def test_grid_zero_shot_stages_run_from_the_old_grid_path_to_the_models_forward():
