@@ -693,6 +693,24 @@ def test_pit_profile_quick_accounts_for_the_whole_step(tmp_path):
     assert "| where | time per step | share |" in (tmp_path / "pit_profile.md").read_text()
 
 
+def test_ono_profile_groups_add_up_and_compare_the_three_models(tmp_path):
+    import profile_ono
+
+    result = profile_ono.profile_case(16, 2, steps=1)
+    assert list(result) == list(profile_ono.IMPLEMENTATIONS)
+    for record in result.values():
+        groups = dict(record["groups_s"])
+        total = groups.pop("total")
+        assert sum(groups.values()) == pytest.approx(total)
+        assert groups["matrix products (mm, addmm, bmm, baddbmm)"] > 0
+        assert groups["whitening (Cholesky, triangular solve, inverse)"] > 0
+    params = [record["parameters"] for record in result.values()]
+    assert params[0] < params[1] and params[0] != params[2]
+    profile_ono.main(["--quick", "--steps", "1", "--out", str(tmp_path)])
+    text = (tmp_path / "ono_profile.md").read_text()
+    assert "| operator group (self time per step) | meshop, authors' model |" in text
+
+
 # --- neighbour lists kept between calls --------------------------------------------------------
 
 
