@@ -55,26 +55,36 @@ def group_times(events, steps: int) -> dict[str, float]:
 
 
 def profile_case(n: int, batch: int, steps: int) -> dict[str, dict]:
-    """Grouped self times per step and parameter count of every implementation."""
+    """Grouped self times per step and parameter count of every implementation. The steps are
+    interleaved (one profiled step of each implementation in turn), so that a shared machine's
+    load weighs on all of them alike."""
     import torch
     from speed_vs_reference import ono_case
     from torch.profiler import ProfilerActivity, profile
 
-    result = {}
+    impls = {}
     for title, (authors, side) in IMPLEMENTATIONS.items():
-        step, params = ono_case(n=n, batch_size=batch, grid=True, authors=authors)[side]
-        step()
-        step()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(steps):
+        impls[title] = ono_case(n=n, batch_size=batch, grid=True, authors=authors)[side]
+        impls[title][0]()  # warm-up
+    sums = {title: None for title in impls}
+    for _ in range(steps):
+        for title, (step, _) in impls.items():
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
                 step()
-        events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
-        result[title] = {
-            "parameters": params,
-            "groups_s": group_times(events, steps),
+            events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+            groups = group_times(events, steps)
+            if sums[title] is None:
+                sums[title] = groups
+            else:
+                sums[title] = {k: v + groups[k] for k, v in sums[title].items()}
+    return {
+        title: {
+            "parameters": impls[title][1],
+            "groups_s": sums[title],
             "threads": torch.get_num_threads(),
         }
-    return result
+        for title in impls
+    }
 
 
 def table(result: dict[str, dict]) -> str:
@@ -98,7 +108,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -112,8 +122,9 @@ def main(argv=None) -> None:
             "",
             SECTION_START,
             f"Measured {info['date']} with `{info['command']}` on {info['cpu']}, {args.threads} "
-            f"thread(s), torch {info['torch']}, measured under load (shares are more telling "
-            f"than times; the profiler adds its own overhead to every operator).",
+            f"thread(s), torch {info['torch']}, measured under load: {args.steps} profiled "
+            f"steps of each implementation, interleaved, after a warm-up step (shares are more "
+            f"telling than times; the profiler adds its own overhead to every operator).",
             "",
             f"### {side}x{side} grid, batch {batch}",
             "",

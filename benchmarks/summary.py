@@ -437,7 +437,7 @@ def _reference(data: dict) -> tuple[list[list[str]], list[list[str]]]:
         for t in threads:
             wall = " / ".join(f"{f[t][0]:.2f}x" for f in found)
             cpu = " / ".join(f"{f[t][1]:.2f}x" for f in found)
-            label = "one thread" if t == 1 else f"{t} threads"
+            label = {1: "one thread", 2: "two threads"}.get(t, f"{t} threads")
             parts.append(f"{label}: {wall} (CPU time {cpu})")
             short.append(f"{wall} ({label})")
         met = all(f[t][0] >= aim for f in found for t in threads)
