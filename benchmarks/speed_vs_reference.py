@@ -12,9 +12,12 @@ the two). Interleaving spreads the load of a shared machine over all implementat
 medians damp the rest. Every step trains on the same batch, as every epoch
 after the first does on its samples: meshop's neighbour lists are then kept from the warm-up step
 (the reference recomputes its quantile masks in every step, as the authors' code does).
-meshop's ONO runs with the options that match the authors' ``ONO2`` (batch whitening with a
-running moment, no value projection, the raw sum as inner product; ``ONO_AUTHORS``), and once
-more with meshop's defaults (per-sample orthonormalisation, value projection).
+meshop's ONO runs with the options that make it the authors' ``ONO2`` (batch whitening with a
+running moment, no value projection, the raw sum as inner product, linear attention without layer
+norms or coordinates, a linear last stage; ``ONO_AUTHORS``), once with the authors' whitening but
+meshop's blocks (per-head layer norms and coordinates in the linear attention, a two-layer last
+FFN: more work by design), and once with meshop's defaults (per-sample orthonormalisation, value
+projection).
 
     python benchmarks/speed_vs_reference.py                 # full table, 1 and 2 threads
     python benchmarks/speed_vs_reference.py --quick         # smoke test at tiny sizes
@@ -144,25 +147,41 @@ def pit_case(n: int, latent: int, batch_size: int) -> dict:
     }
 
 
-#: meshop's ONO options that match the authors' ``ONO2``: batch whitening with a running moment,
-#: no value projection W_V, the raw sum as inner product
-ONO_AUTHORS = dict(orthonormalize="batch", value_projection=False, inner_product="sum")
+#: meshop's ONO options of the authors' orthogonal attention: batch whitening with a running
+#: moment, no value projection W_V, the raw sum as inner product
+ONO_AUTHORS_WHITENING = dict(orthonormalize="batch", value_projection=False, inner_product="sum")
+#: ... and of the authors' blocks: linear attention without per-head layer norms or coordinates,
+#: the last stage's FFN a single linear layer: the authors' ``ONO2``
+ONO_AUTHORS = dict(
+    ONO_AUTHORS_WHITENING, feature_layer_norm=False, feature_coordinates=False, linear_decoder=True
+)
+#: the options of ``ono_case(authors=...)``
+ONO_OPTIONS = {True: ONO_AUTHORS, "whitening": ONO_AUTHORS_WHITENING, False: {}}
 
 
-def ono_model(authors: bool):
-    """meshop's ONO at the benchmark's sizes, with the authors' options or meshop's defaults."""
+def ono_model(authors: bool | str):
+    """meshop's ONO at the benchmark's sizes: the authors' model (``True``), the authors'
+    whitening in meshop's blocks (``"whitening"``) or meshop's defaults (``False``)."""
     from meshop.models import ONO
 
-    options = ONO_AUTHORS if authors else {}
     return ONO(
-        3, 1, 2, 64, layers=4, k=16, heads=4, feature_attention="linear", mlp_ratio=1, **options
+        3,
+        1,
+        2,
+        64,
+        layers=4,
+        k=16,
+        heads=4,
+        feature_attention="linear",
+        mlp_ratio=1,
+        **ONO_OPTIONS[authors],
     )
 
 
-def ono_case(n: int, batch_size: int, grid: bool, authors: bool = True) -> dict:
+def ono_case(n: int, batch_size: int, grid: bool, authors: bool | str = True) -> dict:
     """ONO: width 64, 4 layers, 4 heads, k = 16, mlp_ratio 1, linear feature attention, on one
-    input field; meshop with the authors' options (``authors``) or with its defaults
-    (per-sample orthonormalisation, W_V, mean inner product)."""
+    input field; meshop as the authors' model, with the authors' whitening in meshop's blocks, or
+    with its defaults (see :func:`ono_model`)."""
     import torch
     from reference import ONOReference
 
@@ -215,6 +234,11 @@ def cases(quick: bool) -> list[tuple[str, callable, dict]]:
         ("PiT, 972 / 256 nodes, batch 8", pit_case, dict(n=972, latent=256, batch_size=8)),
         ("ONO, 16x16 grid, batch 20", ono_case, dict(n=256, batch_size=20, grid=True)),
         ("ONO, 972 nodes, batch 8", ono_case, dict(n=972, batch_size=8, grid=False)),
+        (
+            "ONO, 16x16 grid, batch 20, meshop's blocks",
+            ono_case,
+            dict(n=256, batch_size=20, grid=True, authors="whitening"),
+        ),
         (
             "ONO, 16x16 grid, batch 20, meshop defaults",
             ono_case,

@@ -392,6 +392,30 @@ def test_summary_follows_the_numbers_of_the_result_files():
     assert summary.rows(data)[0][0][1] == summary.NOT_MEASURED
 
 
+def test_summary_reports_the_training_steps_against_the_papers_code():
+    summary = script("summary")
+    data = copy.deepcopy(_results())
+    records = data["speed_vs_reference"]["records"]
+    for record in records:
+        if record["case"] in ("ONO, 16x16 grid, batch 20", "ONO, 972 nodes, batch 8"):
+            ref = record["reference"]
+            record["meshop"].update(median_s=ref["median_s"] / 2, median_cpu_s=ref["median_cpu_s"])
+    headline, readme = summary.rows(data)
+    ono_long, ono_short = headline[-1], readme[-1]
+    assert ono_long[0].startswith("ONO as the authors' ONO2") and "1.5x faster" in ono_long[0]
+    assert "one thread: 2.00x / 2.00x (CPU time 1.00x / 1.00x)" in ono_long[1]
+    assert ono_long[2] == "met" and "aim" not in ono_short[1]
+    # one ratio below the aim at any thread count: not met, and the README names the aim
+    record = next(r for r in records if r["case"] == "ONO, 972 nodes, batch 8")
+    record["meshop"]["median_s"] = record["reference"]["median_s"]
+    headline, readme = summary.rows(data)
+    assert headline[-1][2] == "not met" and "2.00x / 1.00x" in headline[-1][1]
+    assert readme[-1][1].endswith("; aim 1.5x")
+    # a case missing from the results (at every thread count) is shown as such
+    records[:] = [r for r in records if r["case"] != "ONO, 972 nodes, batch 8"]
+    assert summary.rows(data)[0][-1][1] == summary.NOT_MEASURED
+
+
 def test_summary_command_rewrites_only_the_marked_readme_section(tmp_path):
     summary = script("summary")
     results = tmp_path / "results"

@@ -39,6 +39,7 @@ NOT_COPIES = {
     "datasets.md": {"0.0095"},  # the airfoil solver's surface Cp error against the reference
     "transolver.md": {"0.1 MB"},  # the agreement of two memory measurements, not one of them
     "galerkin.md": galerkin_stage_figures(),
+    "benchmarks.md": {"1.5x"},  # the speed aim of the Galerkin encoder and ONO, not a measurement
 }
 
 
@@ -91,6 +92,7 @@ def test_notes_follow_the_numbers_of_the_result_files():
     dense = record(table="training", model="PiT", impl="dense", n=972)
     big_ours = record(table="training", model="PiT", impl="meshop", n=9720)
     big_ours.update(time_s=record(table="training", impl="dense", n=9720)["time_s"] / 12.5)
+    ours["time_s"] = dense["time_s"] / 3.6
     step = notes.pit_step(data)
     assert "is 3.6x and not 20x faster" in " ".join(step.split())
     assert "12.5x faster" in step

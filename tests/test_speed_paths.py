@@ -469,6 +469,149 @@ def test_ono_reference_model_shapes():
     assert out.shape == (2, 20, 1)
 
 
+def _ono_pairs(ours, ref):
+    """(meshop parameter, reference parameter, map of values, map of gradients) of an ONO built
+    with the authors' options and the reference ``ONO2``: meshop's node features are ``[f, pos]``,
+    the reference's ``[pos, f]``; the reference scales its queries by ``d_head^-1/2`` where meshop
+    leaves the factor to the output projection."""
+
+    def same(t):
+        return t
+
+    def permute(t):
+        return t[:, [1, 2, 0]]
+
+    pairs = [
+        (ours.encoder.lins[0].weight, ref.preprocess.pre[0].weight, permute, permute),
+        (ours.encoder.lins[0].bias, ref.preprocess.pre[0].bias, same, same),
+        (ours.encoder.lins[1].weight, ref.preprocess.post.weight, same, same),
+        (ours.encoder.lins[1].bias, ref.preprocess.post.bias, same, same),
+    ]
+    for feature, solution, block in zip(ours.feature_blocks, ours.solution_blocks, ref.blocks):
+        attn, scale = feature.attn, block.attn.dim_head**0.5
+        linears = [
+            (attn.lin_q, block.attn.to_q),
+            (attn.lin_k, block.attn.to_k),
+            (attn.lin_v, block.attn.to_v),
+        ]
+        pairs += [(mine.weight, theirs.weight, same, same) for mine, theirs in linears]
+        pairs.append(
+            (
+                attn.lin_out.weight,
+                block.attn.to_out.weight,
+                lambda t, s=scale: t * s,
+                lambda t, s=scale: t / s,
+            )
+        )
+        modules = [
+            (attn.lin_out, None),
+            (feature.norm_attn, block.ln_1),
+            (feature.norm_ffn, block.ln_2),
+            (feature.ffn.lins[0], block.mlp.pre[0]),
+            (feature.ffn.lins[1], block.mlp.post),
+            (solution.attn.lin_q, block.proj),
+            (solution.norm, block.ln_3),
+        ]
+        if len(solution.ffn.lins) == 1:  # the last stage: one linear layer
+            modules.append((solution.ffn.lins[0], block.mlp2))
+        else:
+            modules += [
+                (solution.ffn.lins[0], block.mlp2.pre[0]),
+                (solution.ffn.lins[1], block.mlp2.post),
+            ]
+        for mine, theirs in modules:
+            if theirs is not None:
+                pairs.append((mine.weight, theirs.weight, same, same))
+            pairs.append((mine.bias, (theirs or block.attn.to_out).bias, same, same))
+        pairs.append((solution.attn.eigen_logit, block.mu, same, same))
+    return pairs
+
+
+def test_ono_with_the_authors_options_is_the_authors_model():
+    """meshop's ONO with the benchmark's ONO_AUTHORS options computes the reference ONO2: the
+    same predictions in training (two batches) and evaluation, the same running moments, the same
+    gradients; so the speed benchmark's ONO rows time the same mathematics on both sides."""
+    import speed_vs_reference
+
+    from meshop.data import from_points, make_loader
+    from meshop.models import ONO
+
+    torch.manual_seed(0)
+    width, heads, k, b, n = 16, 2, 4, 3, 30
+    options = speed_vs_reference.ONO_AUTHORS
+    ours = ONO(3, 1, 2, width, 2, k, heads, feature_attention="linear", **options)
+    ref = reference.ONOReference(3, 1, width=width, layers=2, heads=heads, psi_dim=k)
+    pairs = _ono_pairs(ours, ref)
+    # the projections' biases are meshop's only extra parameters: they are set to zero below
+    biases = {
+        id(lin.bias)
+        for f in ours.feature_blocks
+        for lin in (f.attn.lin_q, f.attn.lin_k, f.attn.lin_v)
+    }
+    assert {id(p) for p, *_ in pairs} == {id(p) for p in ours.parameters()} - biases
+    assert {id(p) for _, p, *_ in pairs} == {id(p) for p in ref.parameters()}
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.copy_(0.5 * torch.randn_like(p))
+        for f in ours.feature_blocks:
+            for lin in (f.attn.lin_q, f.attn.lin_k, f.attn.lin_v):
+                lin.bias.zero_()
+        for mine, theirs, to_ref, _ in pairs:
+            theirs.copy_(to_ref(mine))
+
+    def batch(scale):
+        samples = []
+        for _ in range(b):
+            pos, f = scale * torch.rand(n, 2), scale * torch.randn(n)
+            samples.append(from_points(pos, x=f, y=f))
+        data = next(iter(make_loader(samples, batch_size=b)))
+        return data, torch.cat([data.pos, data.x], dim=-1).view(b, n, 3)
+
+    for scale in (1.0, 2.0):  # two training batches: the running moments move alike
+        data, features = batch(scale)
+        ours.zero_grad(), ref.zero_grad()
+        out, out_ref = ours(data).view(b, n, 1), ref(features)
+        torch.testing.assert_close(out, out_ref, rtol=1e-4, atol=1e-5)
+        out.square().sum().backward()
+        out_ref.square().sum().backward()
+        for mine, theirs, _, grad_to_ref in pairs:
+            torch.testing.assert_close(
+                grad_to_ref(mine.grad),
+                theirs.grad,
+                rtol=1e-3,
+                atol=1e-4 * float(theirs.grad.abs().max()),
+            )
+    for solution, block in zip(ours.solution_blocks, ref.blocks):
+        torch.testing.assert_close(solution.attn.running_moment, block.feature_cov)
+    ours.eval(), ref.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(data).view(b, n, 1), ref(features), rtol=1e-4, atol=1e-5)
+
+
+def test_ono_block_options_default_to_meshops_blocks():
+    from meshop.models import ONO
+
+    default = ONO(3, 1, 2, 16, 2, 4, 2, feature_attention="linear")
+    authors = ONO(
+        3,
+        1,
+        2,
+        16,
+        2,
+        4,
+        2,
+        feature_attention="linear",
+        feature_layer_norm=False,
+        feature_coordinates=False,
+        linear_decoder=True,
+    )
+    for model, norms, pos_dim, decoder in ((default, 2, 2, 2), (authors, 0, 0, 1)):
+        assert all(len(f.attn.norms) == norms for f in model.feature_blocks)
+        assert all(f.attn.pos_dim == pos_dim for f in model.feature_blocks)
+        assert len(model.solution_blocks[-1].ffn.lins) == decoder
+        assert all(len(s.ffn.lins) == 2 for s in model.solution_blocks[:-1])
+
+
 # --- the benchmark script ----------------------------------------------------------------------
 
 
@@ -520,17 +663,22 @@ def test_speed_benchmark_keeps_the_tables_of_finished_thread_counts(tmp_path, mo
 def test_speed_benchmark_ono_rows_match_the_authors_options_then_meshops_defaults():
     import speed_vs_reference
 
-    for authors, (whitening, projection, inner) in (
-        (True, ("batch", False, "sum")),
-        (False, ("sample", True, "mean")),
+    for authors, (whitening, projection, inner), authors_blocks in (
+        (True, ("batch", False, "sum"), True),
+        ("whitening", ("batch", False, "sum"), False),
+        (False, ("sample", True, "mean"), False),
     ):
         model = speed_vs_reference.ono_model(authors)
         for block in model.solution_blocks:
             attn = block.attn
             assert attn.orthonormalize == whitening and attn.inner_product == inner
             assert (attn.lin_v is not None) == projection
+        assert len(model.solution_blocks[-1].ffn.lins) == (1 if authors_blocks else 2)
+        assert model.feature_blocks[0].attn.pos_dim == (0 if authors_blocks else 2)
     rows = {name: params for name, _, params in speed_vs_reference.cases(quick=False)}
-    assert rows["ONO, 16x16 grid, batch 20"].get("authors", True)
+    assert rows["ONO, 16x16 grid, batch 20"].get("authors", True) is True
+    assert rows["ONO, 972 nodes, batch 8"].get("authors", True) is True
+    assert rows["ONO, 16x16 grid, batch 20, meshop's blocks"]["authors"] == "whitening"
     assert rows["ONO, 16x16 grid, batch 20, meshop defaults"]["authors"] is False
 
 
@@ -543,6 +691,24 @@ def test_pit_profile_quick_accounts_for_the_whole_step(tmp_path):
     assert result["groups_s"]["neighbour search and edge bookkeeping"] > 0
     profile_pit.main(["--quick", "--steps", "1", "--out", str(tmp_path)])
     assert "| where | time per step | share |" in (tmp_path / "pit_profile.md").read_text()
+
+
+def test_ono_profile_groups_add_up_and_compare_the_three_models(tmp_path):
+    import profile_ono
+
+    result = profile_ono.profile_case(16, 2, steps=1)
+    assert list(result) == list(profile_ono.IMPLEMENTATIONS)
+    for record in result.values():
+        groups = dict(record["groups_s"])
+        total = groups.pop("total")
+        assert sum(groups.values()) == pytest.approx(total)
+        assert groups["matrix products (mm, addmm, bmm, baddbmm)"] > 0
+        assert groups["whitening (Cholesky, triangular solve, inverse)"] > 0
+    params = [record["parameters"] for record in result.values()]
+    assert params[0] < params[1] and params[0] != params[2]
+    profile_ono.main(["--quick", "--steps", "1", "--out", str(tmp_path)])
+    text = (tmp_path / "ono_profile.md").read_text()
+    assert "| operator group (self time per step) | meshop, authors' model |" in text
 
 
 # --- neighbour lists kept between calls --------------------------------------------------------

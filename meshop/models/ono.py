@@ -40,16 +40,29 @@ class FeatureBlock(nn.Module):
         attention (str): a key of :data:`FEATURE_ATTENTIONS`.
         mlp_ratio (int): hidden width of the FFN in units of ``width``.
         dropout (float): attention dropout (training only).
+        layer_norm (bool): the attention's per-head layer norms (the Galerkin Transformer's new
+            placement); ``False``: the raw projections, as in the authors' linear attention.
 
     Shapes:
         - input: ``g`` [N, d'], ``pos`` [N, pos_dim], ``batch`` [N], ``weight`` [N]
         - output: [N, d']
     """
 
-    def __init__(self, width, pos_dim, heads=8, attention="galerkin", mlp_ratio=1, dropout=0.0):
+    def __init__(
+        self,
+        width,
+        pos_dim,
+        heads=8,
+        attention="galerkin",
+        mlp_ratio=1,
+        dropout=0.0,
+        layer_norm=True,
+    ):
         super().__init__()
         self.norm_attn = nn.LayerNorm(width)
-        self.attn = FEATURE_ATTENTIONS[attention](width, pos_dim, heads=heads, dropout=dropout)
+        self.attn = FEATURE_ATTENTIONS[attention](
+            width, pos_dim, heads=heads, layer_norm=layer_norm, dropout=dropout
+        )
         self.norm_ffn = nn.LayerNorm(width)
         self.ffn = MLP([width, mlp_ratio * width, width])
 
@@ -79,6 +92,7 @@ class SolutionBlock(nn.Module):
         k (int), value_projection (bool), orthonormalize (str), momentum (float),
             inner_product (str): see :class:`~meshop.nn.OrthogonalAttention`.
         mlp_ratio (int): hidden width of the FFN in units of ``width``.
+        hidden (bool): ``False`` makes the FFN a single linear layer (the authors' last stage).
 
     Shapes:
         - input: ``h`` [N, d], ``g`` [N, d], ``batch`` [N], ``weight`` [N]
@@ -95,6 +109,7 @@ class SolutionBlock(nn.Module):
         momentum=0.1,
         inner_product="mean",
         mlp_ratio=1,
+        hidden=True,
     ):
         super().__init__()
         self.attn = OrthogonalAttention(
@@ -107,7 +122,9 @@ class SolutionBlock(nn.Module):
             inner_product=inner_product,
         )
         self.norm = nn.LayerNorm(width)
-        self.ffn = MLP([width, mlp_ratio * width, out_channels])
+        self.ffn = MLP(
+            [width, mlp_ratio * width, out_channels] if hidden else [width, out_channels]
+        )
 
     def reset_parameters(self) -> None:
         for module in (self.attn, self.norm, self.ffn):
@@ -178,6 +195,21 @@ class ONO(nn.Module):
             :class:`~meshop.nn.OrthogonalAttention`.
         mlp_ratio (int): FFN hidden width in units of ``width``.
         dropout (float): attention dropout of the feature stream.
+        feature_layer_norm (bool): the per-head layer norms of the feature-stream attention
+            (the Galerkin Transformer's placement, e.g. "LT Ln" for linear attention); ``False``
+            gives the raw projections of the authors' ``linear-attention-transformer`` block.
+        feature_coordinates (bool): append the coordinates to every head of the feature-stream
+            attention; ``False``: the features alone, as in the authors' code (the coordinates
+            still enter through the encoder).
+        linear_decoder (bool): the last stage's FFN as a single linear layer to the outputs (the
+            authors' ``ONO2``) instead of a two-layer FFN.
+
+    With ``feature_attention="linear"``, ``orthonormalize="batch"``, ``value_projection=False``,
+    ``inner_product="sum"``, ``feature_layer_norm=False``, ``feature_coordinates=False`` and
+    ``linear_decoder=True`` the model is the authors' ``ONO2`` (orth=True) up to the
+    parameterisation of its linear attention: the factor :math:`d_{head}^{-1/2}` on the queries
+    is left to the output projection, and the Q, K, V projections carry biases (the one of K has
+    no effect: the softmax over the nodes cancels it).
 
     Shapes:
         - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``);
@@ -201,6 +233,9 @@ class ONO(nn.Module):
         inner_product: str = "mean",
         mlp_ratio: int = 1,
         dropout: float = 0.0,
+        feature_layer_norm: bool = True,
+        feature_coordinates: bool = True,
+        linear_decoder: bool = False,
     ):
         super().__init__()
         if feature_attention not in FEATURE_ATTENTIONS:
@@ -228,11 +263,22 @@ class ONO(nn.Module):
             inner_product=inner_product,
             mlp_ratio=mlp_ratio,
             dropout=dropout,
+            feature_layer_norm=feature_layer_norm,
+            feature_coordinates=feature_coordinates,
+            linear_decoder=linear_decoder,
         )
         self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
         self.encoder = MLP([in_channels, 2 * width, 2 * width])
         self.feature_blocks = nn.ModuleList(
-            FeatureBlock(width, pos_dim, heads, feature_attention, mlp_ratio, dropout)
+            FeatureBlock(
+                width,
+                pos_dim if feature_coordinates else 0,
+                heads,
+                feature_attention,
+                mlp_ratio,
+                dropout,
+                feature_layer_norm,
+            )
             for _ in range(layers)
         )
         self.solution_blocks = nn.ModuleList(
@@ -245,6 +291,7 @@ class ONO(nn.Module):
                 momentum,
                 inner_product,
                 mlp_ratio,
+                hidden=not (linear_decoder and i == layers - 1),
             )
             for i in range(layers)
         )
