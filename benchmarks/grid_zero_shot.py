@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
+from common import RESULTS, markdown_table, write_results
 from torch import Tensor, nn
 
 STAGES = ("coarse", "middle", "stencil", "spectral")
@@ -87,13 +89,15 @@ def training_grid(ckpt: dict, model: nn.Module) -> tuple[int, ...]:
     return (int(resolution),) * model.pos_dim
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", help="run folder or checkpoint of a grid-path model")
     parser.add_argument("--data-dir", default=None, help="data root (default: the run's)")
     parser.add_argument("--grid", type=int, default=None, help="training grid nodes per axis")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
     args = parser.parse_args(argv)
+    args.quick = False
     torch.set_num_threads(args.threads)
     from meshop.train import load_model
     from meshop.train.metrics import per_sample_errors
@@ -107,15 +111,25 @@ def main(argv=None) -> None:
     resolutions = [n, 2 * (n - 1) + 1, 4 * (n - 1) + 1]
     tests = {r: _test_split(ckpt, args.data_dir, {"resolution": r}) for r in resolutions}
     head = ["grid path on the training grid", *(f"{r}x{r}" for r in resolutions), "2x / 4x ratio"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    rows, records = [], []
     for k in range(len(STAGES) + 1):
         staged = NormalizedModel(StagedGridPath(model, grid, STAGES[:k]), wrapped.normalizers)
         with torch.no_grad():
             errors = [float(per_sample_errors(staged, tests[r], 10).mean()) for r in resolutions]
         name = " + ".join(STAGES[:k]) or "nothing (every grid its own)"
         ratios = f"{errors[1] / errors[0]:.2f} / {errors[2] / errors[0]:.2f}"
-        print(f"| {name} | " + " | ".join(f"{e:.4f}" for e in errors) + f" | {ratios} |")
+        rows.append([name, *(f"{e:.4f}" for e in errors), ratios])
+        records.append(
+            {"stages": list(STAGES[:k]), "errors": dict(zip(map(str, resolutions), errors))}
+        )
+    table = markdown_table(head, rows)
+    return write_results(
+        "grid_zero_shot",
+        "Zero-shot super-resolution of the grid path, stage by stage",
+        args,
+        {f"{Path(args.checkpoint).name}: test rel. L2 on the training grid and finer grids": table},
+        records,
+    )
 
 
 if __name__ == "__main__":
