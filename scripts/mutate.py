@@ -47,6 +47,7 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
             "tests/test_resume.py",
             "tests/test_metrics.py",
             "tests/test_trainer.py",
+            "tests/test_logs_and_errors.py",
         ],
     ),
     "checkpoint": (
@@ -70,7 +71,10 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "pit": ("meshop/models/pit.py", ["tests/test_pit.py", "tests/test_pit_reference.py"]),
-    "mlp_baseline": ("meshop/models/mlp_baseline.py", ["tests/test_train.py"]),
+    "mlp_baseline": (
+        "meshop/models/mlp_baseline.py",
+        ["tests/test_train.py", "tests/test_mlp_baseline.py"],
+    ),
     "grid": (
         "meshop/nn/grid.py",
         ["tests/test_grid_layers.py", "tests/test_grid_decoder.py", "tests/test_grid_options.py"],
