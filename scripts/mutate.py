@@ -90,7 +90,12 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
     "ono": ("meshop/models/ono.py", ["tests/test_ono.py"]),
     "config": (
         "meshop/train/config.py",
-        ["tests/test_train.py", "tests/test_train_registry.py", "tests/test_logs_and_errors.py"],
+        [
+            "tests/test_train.py",
+            "tests/test_train_registry.py",
+            "tests/test_logs_and_errors.py",
+            "tests/test_config.py",
+        ],
     ),
     "presets": (
         "meshop/train/presets.py",
