@@ -47,6 +47,7 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
             "tests/test_resume.py",
             "tests/test_metrics.py",
             "tests/test_trainer.py",
+            "tests/test_logs_and_errors.py",
         ],
     ),
     "checkpoint": (
@@ -58,9 +59,22 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         "meshop/train/normalized.py",
         ["tests/test_train.py", "tests/test_predict_values.py", "tests/test_normalized.py"],
     ),
-    "inference": ("meshop/train/inference.py", ["tests/test_predict_values.py"]),
+    "inference": (
+        "meshop/train/inference.py",
+        [
+            "tests/test_predict_values.py",
+            "tests/test_cli.py",
+            "tests/test_vector_fields.py",
+            "tests/test_groups_integrals.py",
+            "tests/test_logs_and_errors.py",
+            "tests/test_inference_files.py",
+        ],
+    ),
     "pit": ("meshop/models/pit.py", ["tests/test_pit.py", "tests/test_pit_reference.py"]),
-    "mlp_baseline": ("meshop/models/mlp_baseline.py", ["tests/test_train.py"]),
+    "mlp_baseline": (
+        "meshop/models/mlp_baseline.py",
+        ["tests/test_train.py", "tests/test_mlp_baseline.py"],
+    ),
     "grid": (
         "meshop/nn/grid.py",
         ["tests/test_grid_layers.py", "tests/test_grid_decoder.py", "tests/test_grid_options.py"],
@@ -74,6 +88,27 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         ["tests/test_train_registry.py", "tests/test_registry_errors.py"],
     ),
     "ono": ("meshop/models/ono.py", ["tests/test_ono.py"]),
+    "config": (
+        "meshop/train/config.py",
+        [
+            "tests/test_train.py",
+            "tests/test_train_registry.py",
+            "tests/test_logs_and_errors.py",
+            "tests/test_config.py",
+        ],
+    ),
+    "presets": (
+        "meshop/train/presets.py",
+        ["tests/test_presets.py", "tests/test_train_registry.py"],
+    ),
+    "data": (
+        "meshop/train/data.py",
+        ["tests/test_train.py", "tests/test_folder_training.py", "tests/test_predict_values.py"],
+    ),
+    "distributed": ("meshop/train/distributed.py", ["tests/test_train.py", "tests/test_resume.py"]),
+    "run": ("meshop/train/run.py", ["tests/test_cli.py", "tests/test_train_registry.py"]),
+    "plots": ("meshop/train/plots.py", ["tests/test_cli.py"]),
+    "demo": ("meshop/train/demo.py", ["tests/test_runs_reproduce.py", "tests/test_elasticity.py"]),
     "transolver": ("meshop/models/transolver.py", ["tests/test_transolver.py"]),
 }
 SUMMARY = re.compile(r"(killed|survived|timeout|suspicious|no tests|skipped)", re.I)

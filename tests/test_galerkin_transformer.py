@@ -276,3 +276,36 @@ def test_periodic_1d_grids_keep_the_regressor_on_the_input_grid():
     data = uniform_grid((64,), x=torch.randn(64, generator=g), bounds=[(0.0, 1.0 - 1.0 / 64)])
     with torch.no_grad():
         torch.testing.assert_close(model(data), unrecorded(data), atol=0, rtol=0)
+
+
+def _mesh_reference(model, data, weight):
+    """The mesh path written out: lift, cross attention onto the latent nodes, the encoder
+    layers integrating with ``weight``, cross attention onto the query nodes, the head."""
+    x, pos = node_features(data), data.pos
+    latent = getattr(data, "latent_pos", None)
+    latent = pos if latent is None else latent
+    zeros = [torch.zeros(len(p), dtype=torch.long) for p in (pos, latent)]
+    h = model.cross_down(model.lift(x), pos, zeros[0], pos_dst=latent, batch_dst=zeros[1])
+    for layer in model.encoder:
+        h = layer(h, latent, zeros[1], weight)
+    h = model.cross_up(h, latent, zeros[1], pos_dst=pos, batch_dst=zeros[0])
+    return model.head(torch.cat([h, pos], dim=-1))
+
+
+@pytest.mark.parametrize("attention", ["galerkin", "fourier"])
+def test_mesh_path_integrates_with_the_mesh_weights_on_the_input_nodes_only(attention):
+    model = tiny(3, 2, k=4, path="mesh", attention=attention)
+    g = torch.Generator().manual_seed(5)
+    pos, x = torch.rand(30, 2, generator=g), torch.randn(30, 1, generator=g)
+    weight = torch.rand(30, generator=g) + 0.05
+    weighted = from_points(pos, x=x, weight=weight / weight.sum())
+    uniform = from_points(pos, x=x)  # weights 1/N
+    out = model(weighted)
+    torch.testing.assert_close(out, _mesh_reference(model, weighted, weighted.weight))
+    assert (out - model(uniform)).abs().max() > 1e-4  # the weights act
+    # sampled latent nodes carry no cell measure: the mesh's weights do not reach the encoder
+    add_latent_mesh(weighted, 12)
+    uniform.latent_pos = weighted.latent_pos
+    out = model(weighted)
+    torch.testing.assert_close(out, _mesh_reference(model, weighted, None))
+    torch.testing.assert_close(out, model(uniform))

@@ -250,3 +250,65 @@ def test_fits_an_operator_that_needs_a_global_integral():
     with torch.no_grad():
         after = relative_l2(model(batch), batch.y, batch.batch).item()
     assert after < 0.1 < before
+
+
+def _stream(n=9, width=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h, pos = torch.randn(n, width, generator=g), torch.rand(n, 2, generator=g)
+    weight = torch.rand(n, generator=g) + 0.1
+    return h, pos, torch.zeros(n, dtype=torch.long), weight / weight.sum()
+
+
+def test_feature_block_defaults_and_its_two_residual_updates_of_eq3():
+    from meshop.models.ono import FeatureBlock
+
+    block = FeatureBlock(16, 2)
+    assert type(block.attn) is FEATURE_ATTENTIONS["galerkin"]
+    assert (block.attn.heads, block.attn.dropout) == (8, 0.0)
+    assert [lin.out_features for lin in block.ffn.lins] == [16, 16]
+    torch.manual_seed(0)
+    block = FeatureBlock(6, 2, heads=2, attention="softmax", mlp_ratio=2).eval()
+    assert block.attn.heads == 2 and [lin.out_features for lin in block.ffn.lins] == [12, 6]
+    g, pos, batch, weight = _stream()
+    mid = g + block.attn(block.norm_attn(g), pos, batch, weight)
+    torch.testing.assert_close(block(g, pos, batch, weight), mid + block.ffn(block.norm_ffn(mid)))
+
+
+def test_solution_block_is_eq6_with_the_quadrature_weights():
+    from meshop.models.ono import SolutionBlock
+
+    torch.manual_seed(0)
+    block = SolutionBlock(6, 3, k=4).eval()
+    h, _, batch, weight = _stream()
+    g = _stream(seed=1)[0]
+    attn = block.attn(h, None, batch, weight, g=g)
+    expected = block.ffn(block.norm(attn + h))
+    torch.testing.assert_close(block(h, g, batch, weight), expected)
+    uniform = torch.full_like(weight, 1 / len(weight))
+    assert (block(h, g, batch, uniform) - expected).abs().max() > 1e-4
+
+
+def test_repr_names_the_configuration():
+    text = repr(tiny(feature_attention="linear"))
+    assert text.startswith(
+        "ONO(\n  in_channels=3, out_channels=1, pos_dim=2, width=16, layers=2, k=4, "
+        "feature_attention='linear'\n"
+    )
+
+
+def test_solution_block_and_ono_defaults_and_options_reach_the_attention():
+    from meshop.models.ono import FeatureBlock, SolutionBlock
+
+    def options(block):
+        a = block.attn
+        return (a.k, a.lin_v is not None, a.orthonormalize, a.momentum, a.inner_product)
+
+    block = SolutionBlock(6, 3)
+    assert options(block) == (8, True, "sample", 0.1, "mean")
+    assert [lin.out_features for lin in block.ffn.lins] == [6, 3]
+    block = SolutionBlock(6, 3, 4, False, "batch", 0.3, "sum", mlp_ratio=2)
+    assert options(block) == (4, False, "batch", 0.3, "sum")
+    assert [lin.out_features for lin in block.ffn.lins] == [12, 3]
+    assert FeatureBlock(6, 2, heads=2, dropout=0.25).attn.dropout == 0.25
+    config = ONO(3, 1, 2).config
+    assert (config["width"], config["layers"], config["k"], config["heads"]) == (128, 8, 8, 8)

@@ -70,3 +70,22 @@ def test_train_config_defaults_to_the_galerkin_transformers_settings():
 def test_burgers_default_viscosity_is_the_galerkin_papers_value():
     default = inspect.signature(Burgers).parameters["viscosity"].default
     assert default == pytest.approx(0.1 / (2 * math.pi), rel=1e-12)
+
+
+def test_preset_merges_model_dataset_and_pair_defaults_in_that_order():
+    from meshop.train.presets import DATASET_PRESETS, MODEL_TRAINING, PAIR_PRESETS, preset
+
+    merged = preset("elasticity", "pit")
+    train = {
+        **MODEL_TRAINING["pit"],
+        **DATASET_PRESETS["elasticity"]["train"],
+        **PAIR_PRESETS[("elasticity", "pit")]["train"],
+    }
+    assert merged["train"] == train and merged["train"]["batch_size"] == 2  # the pair's
+    assert merged["dataset"] == DATASET_PRESETS["elasticity"]["dataset"]
+    assert merged["model"] == PAIR_PRESETS[("elasticity", "pit")]["model"]
+    assert preset("elasticity", "my_pkg:Model") == {
+        "train": DATASET_PRESETS["elasticity"]["train"],
+        "model": {},
+        "dataset": DATASET_PRESETS["elasticity"]["dataset"],
+    }

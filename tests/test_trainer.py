@@ -4,6 +4,8 @@ cannot start."""
 
 import dataclasses
 import random
+import re
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +16,8 @@ from meshop.data import make_loader
 from meshop.errors import ConfigError
 from meshop.models.registry import build_model
 from meshop.train import Trainer, checkpoint, seed_everything, train
+from meshop.train.data import LatentMesh
+from meshop.train.metrics import per_sample_errors
 from meshop.train.trainer import training_loss
 from tests.test_train import quiet, tiny_model, toy_samples
 
@@ -127,3 +131,98 @@ def test_train_writes_its_run_with_meta_and_resumes_only_when_asked(tmp_path):
     assert history[0] == first and history[1] == last
     train(tiny_model(), *data, quiet(epochs=1), tmp_path)  # a new run over the old one
     assert [row["epoch"] for row in checkpoint.load(tmp_path)["history"]] == [1]
+
+
+def test_evaluate_scores_the_dataset_it_is_given_else_the_test_split():
+    trainer = Trainer(tiny_model(), toy_samples(4), toy_samples(3, 1), quiet(epochs=1))
+    other = toy_samples(5, 2)
+    errors = per_sample_errors(trainer.model, other)
+    given = trainer.evaluate(other)
+    assert given["test_rel_l2"] == pytest.approx(errors.mean(), rel=1e-6)
+    assert given["test_rel_l2_median"] == pytest.approx(np.median(errors), rel=1e-6)
+    own = per_sample_errors(trainer.model, trainer.test_set).mean()
+    assert trainer.evaluate()["test_rel_l2"] == pytest.approx(own, rel=1e-6)
+    assert abs(own - errors.mean()) > 1e-3
+
+
+def test_the_epoch_loss_sums_every_batch_and_fit_starts_afresh_unless_resuming(tmp_path):
+    trainer = Trainer(tiny_model(), toy_samples(7), None, quiet(epochs=1, batch_size=3))
+    trainer.step = lambda batch: float(batch.num_graphs)  # a loss of n on a batch of n samples
+    row = trainer.fit()
+    assert row["train_loss"] == pytest.approx((9 + 9 + 1) / 7)  # batches of 3, 3 and 1
+    assert 0 < row["epoch_seconds"] < 60
+    Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1), tmp_path).fit()
+    again = Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=2), tmp_path)
+    calls = []
+    again.train_epoch = lambda: calls.append(again.epoch) or {"train_loss": 1.0}
+    again.fit()  # not resume=True: both epochs from the start
+    assert calls == [0, 1]
+
+
+def test_the_progress_bar_counts_epochs_and_shows_the_running_loss(capsys, monkeypatch):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    trainer = Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=2, progress=True))
+    trainer.step = lambda batch: 0.123456
+    trainer.fit()
+    out, err = capsys.readouterr()
+    assert "epoch 1/2" in err and "epoch 2/2" in err
+    assert "batch/s" in err or "s/batch" in err
+    assert "loss=0.1235" in err
+    rates = [float(r) for r in re.findall(r"samples_s=([0-9.]+)", err)]
+    assert rates and min(rates) > 1.0
+    assert "epoch 1  train_loss 0.1235  samples_per_second " in out  # 4 significant digits
+
+
+class Named(list):
+    """A list of samples that names its fields, as datasets do."""
+
+    input_names = ("a",)
+    target_names = ("u",)
+
+
+def test_the_trainer_gives_every_sample_the_configured_latent_mesh_and_records_field_names():
+    train_set, test_set = Named(toy_samples(3)), toy_samples(2, 1)
+    trainer = Trainer(tiny_model(), train_set, test_set, quiet(latent_points=5))
+    assert trainer.latent == LatentMesh(5, None, sampling="fps")
+    assert all(len(s.latent_pos) == 5 for s in [*trainer.train_set, *trainer.test_set])
+    assert trainer.meta["input_fields"] == [["a", 1]]
+    assert trainer.state()["data"]["target_names"] == ["u"]
+    assert trainer.state()["history"] == []  # a run saved before its first epoch
+    config = quiet(latent_grid=(3, 2), latent_sampling="random")
+    assert Trainer(tiny_model(), train_set, None, config).latent == LatentMesh(
+        None, (3, 2), sampling="random"
+    )
+    config = quiet(latent_points=4, latent_sampling="random")
+    assert Trainer(tiny_model(), train_set, None, config).latent == LatentMesh(
+        4, None, sampling="random"
+    )
+
+
+class Pointwise(torch.nn.Module):
+    """A model without a ``config`` (not built by the registry)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 1)
+
+    def forward(self, data):
+        return self.lin(torch.cat([data.x, data.pos, data.params[data.batch]], dim=-1))
+
+
+def test_one_training_sample_and_a_model_without_config_train():
+    row = Trainer(Pointwise(), toy_samples(1), None, quiet(epochs=1)).fit()
+    assert row["epoch"] == 1 and np.isfinite(row["train_loss"])
+
+
+def test_the_errors_of_a_run_that_cannot_start_are_whole_sentences():
+    with pytest.raises(ConfigError, match="^the training split is empty$"):
+        Trainer(tiny_model(), [], None, quiet())
+    model = tiny_model()
+    model.config["periodic"] = [1.0, 1.0]
+    with pytest.raises(ConfigError) as caught:
+        Trainer(model, toy_samples(2), None, quiet(normalize_pos=True))
+    assert str(caught.value) == (
+        "the model has a periodic box in data units, which normalize_pos would rescale; "
+        "train it with normalize_pos = false"
+    )

@@ -211,3 +211,34 @@ def test_meshop_train_transolver_under_torchrun_matches_one_process(mesh_folder,
     state_ddp = checkpoint.load(ddp)["state_dict"]
     for key, value in checkpoint.load(single)["state_dict"].items():
         assert torch.allclose(state_ddp[key], value, atol=1e-5), key
+
+
+def test_block_defaults_and_its_two_residual_updates():
+    from meshop.models.transolver import TransolverBlock
+
+    block = TransolverBlock(16)
+    assert (block.attn.heads, block.attn.slices, block.attn.dropout) == (8, 64, 0.0)
+    assert [lin.out_features for lin in block.mlp.lins] == [16, 16]
+    torch.manual_seed(0)
+    block = TransolverBlock(6, heads=2, slices=3, mlp_ratio=2).eval()
+    g = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(9, 6, generator=g), torch.rand(9, generator=g)
+    batch = torch.zeros(9, dtype=torch.long)
+    mid = x + block.attn(block.norm_attn(x), None, batch, weight)
+    torch.testing.assert_close(block(x, batch, weight), mid + block.mlp(block.norm_mlp(mid)))
+
+
+def test_wrong_input_channels_name_the_model():
+    model = Transolver(in_channels=5, out_channels=1, pos_dim=2, width=8, heads=2, slices=3)
+    with pytest.raises(ConfigError, match=r"; build Transolver with in_channels=3$"):
+        model(domain(10, 0))
+
+
+def test_repr_names_the_configuration():
+    model = Transolver(
+        in_channels=3, out_channels=1, pos_dim=2, width=8, layers=2, heads=2, slices=3
+    )
+    assert repr(model).startswith(
+        "Transolver(\n  in_channels=3, out_channels=1, pos_dim=2, width=8, layers=2, heads=2, "
+        "slices=3\n"
+    )
