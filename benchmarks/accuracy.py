@@ -60,8 +60,8 @@ QUICK = {
 }
 #: epochs of each model on each dataset (default budget); the operators on the mesh datasets get
 #: more (the mesh problems need more steps); the measured times are in the tables. PiT: 150
-#: epochs on Elasticity (0.098 after 40, 0.067 after 119 in the 150-epoch run), 60 on DarcyMesh
-#: with 400 training samples (0.0509 after 49 of 60; with 200 samples, 100 epochs gave 0.0512)
+#: epochs on Elasticity (0.098 after 40, 0.064 after 150), 50 on Airfoil (0.169 after 25, 0.142
+#: after 50), 60 on DarcyMesh with 400 training samples (0.049; with 200, 100 epochs gave 0.051)
 EPOCHS: dict[tuple[str, str], int] = {
     ("darcy", "pit"): 52,
     ("darcy", "galerkin"): 40,
