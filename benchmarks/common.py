@@ -437,3 +437,17 @@ def _script(path: str) -> str:
 
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def load_results(results: Path, names: Sequence[str]) -> dict[str, dict]:
+    """``{name: {"machine": ..., "records": [...]}}`` of the result files ``<results>/<name>.json``
+    among ``names`` that exist."""
+    found = {}
+    for name in names:
+        path = results / f"{name}.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            if "records" not in data:
+                raise SystemExit(f"{path} has no 'records': is it a benchmark result file?")
+            found[name] = data
+    return found

@@ -17,12 +17,11 @@ A section whose figures are missing from the results (a quick run) says so inste
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import textwrap
 from pathlib import Path
 
-from common import RESULTS, fmt_count, fmt_mb, fmt_time
+from common import RESULTS, fmt_count, fmt_mb, fmt_time, load_results
 from models import HEADS, LATENT
 from models import KNN_FIELD as PIT_KNN
 from models import QUANTILE as PIT_QUANTILE
@@ -41,15 +40,7 @@ START, END = "<!-- --8<-- [start:{}] -->", "<!-- --8<-- [end:{}] -->"
 
 def load(results: Path) -> dict[str, dict]:
     """``{name: {"machine": ..., "records": [...]}}`` of the result files that exist."""
-    found = {}
-    for name in SOURCES:
-        path = results / f"{name}.json"
-        if path.exists():
-            data = json.loads(path.read_text())
-            if "records" not in data:
-                raise SystemExit(f"{path} has no 'records': is it a benchmark result file?")
-            found[name] = data
-    return found
+    return load_results(results, SOURCES)
 
 
 def records(data: dict, source: str, **match) -> list[dict]:

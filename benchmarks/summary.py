@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import sys
 import textwrap
@@ -36,6 +35,7 @@ from common import (
     fmt_mb,
     fmt_ratio,
     fmt_time,
+    load_results,
     markdown_table,
 )
 from local_attention import LATENT as LOCAL_LATENT
@@ -91,15 +91,7 @@ REFERENCE_AIMS = (
 
 def load(results: Path) -> dict[str, dict]:
     """``{name: {"machine": ..., "records": [...]}}`` of the result files that exist."""
-    found = {}
-    for name in SOURCES:
-        path = results / f"{name}.json"
-        if path.exists():
-            data = json.loads(path.read_text())
-            if "records" not in data:
-                raise SystemExit(f"{path} has no 'records': is it a benchmark result file?")
-            found[name] = data
-    return found
+    return load_results(results, SOURCES)
 
 
 def find(data: dict[str, dict], source: str, **match) -> dict | None:
