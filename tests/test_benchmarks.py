@@ -470,3 +470,12 @@ def test_accuracy_runs_longest_first(tmp_path):
     assert accuracy.longest_first(pairs, args) == [("burgers", "pit"), ("darcy", "pit"), pairs[0]]
     args = accuracy.parse_args(["--out", str(tmp_path)])  # the table's epochs: MLP 304 of 3 s
     assert accuracy.longest_first(pairs, args)[1:] == [("darcy", "mlp"), ("darcy", "pit")]
+
+
+def test_result_files_are_read_only_where_they_exist_and_must_hold_records(tmp_path):
+    common = script("common")
+    (tmp_path / "a.json").write_text(json.dumps({"machine": {}, "records": [1]}))
+    assert common.load_results(tmp_path, ["a", "missing"]) == {"a": {"machine": {}, "records": [1]}}
+    (tmp_path / "b.json").write_text("{}")
+    with pytest.raises(SystemExit, match="b.json has no 'records'"):
+        common.load_results(tmp_path, ["b"])
