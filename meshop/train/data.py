@@ -83,7 +83,7 @@ class PreparedSamples(Sequence):
     def __getitem__(self, index: int) -> Data:
         if not -len(self) <= index < len(self):
             raise IndexError(f"sample {index} of {len(self)}")
-        data = self.dataset[int(index)]
+        data = self.dataset[int(index) % len(self)]  # a dataset need not take negative indices
         return self.latent(data) if self.latent is not None else data
 
     def __iter__(self):

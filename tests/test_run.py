@@ -1,0 +1,149 @@
+"""meshop.train.run: a whole run as `meshop train` / `evaluate` / `plot` make it, on tiny Darcy
+data: what it writes, the presets under explicit settings, its errors, and the figures."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from meshop.data import make_loader
+from meshop.datasets.registry import build_dataset
+from meshop.errors import ConfigError
+from meshop.train import run as R
+from meshop.train.checkpoint import load_model
+from meshop.train.config import RunConfig
+from meshop.train.presets import preset
+
+TINY = {"num_train": 3, "num_test": 2, "resolution": 9, "fine_resolution": 17, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One MLP trained on tiny Darcy data through train_run, with its log lines."""
+    root = tmp_path_factory.mktemp("run")
+    lines = []
+    run = RunConfig(
+        dataset="darcy",
+        model="mlp",
+        out=str(root / "run"),
+        data_dir=str(root / "data"),
+        train={"epochs": 2, "batch_size": 2, "progress": False},
+        model_args={"hidden_channels": 8},
+        dataset_args=TINY,
+    )
+    metrics = R.train_run(run, figures=True, log=lines.append)
+    return root, run, metrics, lines
+
+
+def test_train_run_writes_the_run_and_logs_what_it_trains(trained):
+    root, _, metrics, lines = trained
+    out = root / "run"
+    saved = json.loads((out / "run.json").read_text())
+    assert saved["dataset"] == "darcy" and saved["model"] == "mlp"
+    assert saved["metrics"] == json.loads(json.dumps(metrics))
+    # the pair's preset under the explicit settings
+    defaults = preset("darcy", "mlp")
+    assert saved["model_args"] == {**defaults["model"], "hidden_channels": 8}
+    assert saved["train"]["epochs"] == 2 and saved["train"]["batch_size"] == 2
+    for key, value in defaults["train"].items():
+        if key not in ("epochs", "batch_size"):
+            assert saved["train"][key] == value
+    model, ckpt = load_model(out)
+    parameters = sum(p.numel() for p in model.parameters())
+    assert lines == [
+        f"training mlp ({parameters:,} parameters) on darcy: 3 train / 2 test samples -> {out}"
+    ]
+    data = ckpt["data"]
+    assert data["dataset"] == "darcy" and data["data_dir"] == str(root / "data")
+    assert data["dataset_args"] == {**defaults["dataset"], **TINY}
+    assert data["target_names"] and data["input_names"]
+    assert sorted(p.name for p in (out / "figures").iterdir()) == [
+        "loss.png",
+        "test_000.png",
+        "test_001.png",
+    ]
+
+
+def test_evaluate_run_scores_the_test_split_and_takes_other_dataset_options(trained):
+    root, _, metrics, _ = trained
+    result = R.evaluate_run(root / "run")
+    assert result["samples"] == 2 and result["mean_nodes"] == 81
+    assert result["test_rel_l2"] == pytest.approx(metrics["test_rel_l2"], rel=1e-5)
+    assert R.evaluate_run(root / "run", batch_size=1)["test_rel_l2"] == pytest.approx(
+        result["test_rel_l2"], rel=1e-5
+    )
+    finer = R.evaluate_run(root / "run", dataset_args={"resolution": 17})
+    assert finer["mean_nodes"] == 289 and finer["samples"] == 2
+    one = R.evaluate_run(root / "run", dataset_args={"num_test": 1})
+    assert one["samples"] == 1
+
+
+def test_empty_splits_are_refused(trained, tmp_path, monkeypatch):
+    """A dataset whose split is empty (a folder with too few files) stops the run with a reason."""
+    root, _, _, _ = trained
+    monkeypatch.setattr(R, "build_dataset", lambda *args, **kwargs: [])
+    with pytest.raises(ConfigError, match="^the test split is empty; check the dataset's size"):
+        R.evaluate_run(root / "run")
+    empty = RunConfig(
+        dataset="darcy",
+        model="mlp",
+        out=str(tmp_path / "run"),
+        train={"epochs": 1, "progress": False},
+        dataset_args=TINY,
+    )
+    with pytest.raises(ConfigError, match="^dataset 'darcy' has an empty train split; check"):
+        R.train_run(empty, log=lambda *_: None)
+    assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_run_reads_the_data_from_another_folder_when_told(trained, tmp_path):
+    root, _, _, _ = trained
+    result = R.evaluate_run(root / "run", data_dir=str(tmp_path / "elsewhere"))
+    assert (tmp_path / "elsewhere").exists()  # generated there, the same seeded samples
+    assert result["test_rel_l2"] == pytest.approx(R.evaluate_run(root / "run")["test_rel_l2"])
+
+
+def test_plot_run_draws_the_loss_and_test_samples_with_their_errors(trained, tmp_path, monkeypatch):
+    root, _, _, _ = trained
+    titles, logged = [], []
+    real = R.plot_sample
+
+    def spy(data, pred, path, title=None, **kw):
+        titles.append(title)
+        return real(data, pred, path, title=title, **kw)
+
+    monkeypatch.setattr(R, "plot_sample", spy)
+    written = R.plot_run(root / "run", samples=3, out=tmp_path / "figs", log=logged.append)
+    names = ["loss.png", "test_000.png", "test_001.png"]  # only 2 test samples exist
+    assert written == [tmp_path / "figs" / n for n in names]
+    assert logged == [f"wrote {p}" for p in written]
+    model, ckpt = load_model(root / "run")
+    test_set = build_dataset("darcy", "test", str(root / "data"), **ckpt["data"]["dataset_args"])
+    with torch.no_grad():
+        for i, data in enumerate(make_loader(list(test_set), 1)):
+            err = float((model(data) - data.y).norm() / data.y.norm())
+            assert titles[i] == f"test sample {i}: relative L2 {err:.2%}"
+    assert R.plot_run(root / "run", samples=0, out=tmp_path / "f0", log=logged.append) == [
+        tmp_path / "f0" / "loss.png"
+    ]
+
+
+def test_runs_that_cannot_start_say_why(tmp_path, trained):
+    with pytest.raises(ConfigError, match=r"^give a dataset and a model \(--dataset NAME"):
+        R.train_run(RunConfig(dataset="darcy", model=None))
+    with pytest.raises(ConfigError, match="give a dataset and a model"):
+        R.train_run(RunConfig(dataset=None, model="mlp"))
+    # a checkpoint trained in Python, not on a named dataset
+    root, _, _, _ = trained
+    _, ckpt = load_model(root / "run")
+    ckpt["data"]["dataset"] = None
+    with pytest.raises(ConfigError, match="^this checkpoint was not trained through `meshop"):
+        R._test_split(ckpt, None, {})
+
+
+def test_load_splits_in_one_process_gives_both_splits(tmp_path):
+    splits = R.load_splits("darcy", str(tmp_path), TINY)
+    assert sorted(splits) == ["test", "train"]
+    assert (len(splits["train"]), len(splits["test"])) == (3, 2)
+    np.testing.assert_array_equal(splits["train"][0].pos.shape, (81, 2))
