@@ -103,11 +103,22 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
     ),
     "data": (
         "meshop/train/data.py",
-        ["tests/test_train.py", "tests/test_folder_training.py", "tests/test_predict_values.py"],
+        [
+            "tests/test_train_data.py",
+            "tests/test_train.py",
+            "tests/test_folder_training.py",
+            "tests/test_predict_values.py",
+        ],
     ),
-    "distributed": ("meshop/train/distributed.py", ["tests/test_train.py", "tests/test_resume.py"]),
-    "run": ("meshop/train/run.py", ["tests/test_cli.py", "tests/test_train_registry.py"]),
-    "plots": ("meshop/train/plots.py", ["tests/test_cli.py"]),
+    "distributed": (
+        "meshop/train/distributed.py",
+        ["tests/test_distributed.py", "tests/test_train.py", "tests/test_resume.py"],
+    ),
+    "run": (
+        "meshop/train/run.py",
+        ["tests/test_run.py", "tests/test_cli.py", "tests/test_train_registry.py"],
+    ),
+    "plots": ("meshop/train/plots.py", ["tests/test_plots.py", "tests/test_cli.py"]),
     "demo": ("meshop/train/demo.py", ["tests/test_runs_reproduce.py", "tests/test_elasticity.py"]),
     "transolver": ("meshop/models/transolver.py", ["tests/test_transolver.py"]),
 }
