@@ -1,6 +1,8 @@
 """meshop.train.data: latent meshes given to samples, lazy views, the shapes and field names a
 checkpoint stores, and the errors of data that does not fit a trained model (known answers)."""
 
+import pickle
+
 import pytest
 import torch
 from torch.utils.data import Dataset as TorchDataset
@@ -108,14 +110,24 @@ def test_prepared_samples_read_on_access_with_python_indexing():
         view[3]
     with pytest.raises(IndexError, match="sample -4 of 3"):
         view[-4]
+    torch.testing.assert_close(view[-3].pos, sample(seed=0).pos)
+    lazy.reads.clear()
     assert [d.pos.shape[0] for d in view] == [30, 30, 30]
-    assert lazy.reads == [2, 0, 0, 1, 2]
+    assert lazy.reads == [0, 1, 2]
     plain = PreparedSamples(lazy)
     assert plain[1].pos is not None and not hasattr(plain[1], "latent_pos")
     # the dataset's own attributes (field names) show through
     assert view.target_names == ["u", "v"]
     with pytest.raises(AttributeError):
         view.no_such_attribute
+    # a copy (as DataLoader workers get) reads the same samples; before its attributes are set
+    # back, looking one up is an AttributeError naming it, not an endless lookup
+    copy = pickle.loads(pickle.dumps(PreparedSamples(Lazy(count=2), LatentMesh(num_points=4))))
+    assert len(copy) == 2 and copy.target_names == ["u", "v"]
+    bare = PreparedSamples.__new__(PreparedSamples)
+    for name in ("dataset", "latent"):
+        with pytest.raises(AttributeError, match=f"^{name}$"):
+            getattr(bare, name)
     assert repr(view).startswith("PreparedSamples(") and "LatentMesh(num_points=4" in repr(view)
 
 
@@ -136,7 +148,7 @@ def test_describe_gives_the_widths_a_model_is_built_with():
     }
     no_targets = sample()
     del no_targets.y
-    with pytest.raises(FieldError, match="no targets y; a dataset for training needs them"):
+    with pytest.raises(FieldError, match="^the training samples have no targets y; a dataset"):
         describe(no_targets)
 
 
@@ -171,7 +183,8 @@ def test_field_layouts_from_fields_names_or_numbered_channels():
     # fields that do not add up to the channels fall back to the names
     assert field_layout_of(fields, "input", 2) == [("ignored", 2)]
     assert field_layout_of(Names(target_names=["p", "q"]), "target", 2) == [("p", 1), ("q", 1)]
-    assert field_layout_of(Names(target_names="u"), "target", 3) == [("u", 3)]
+    assert field_layout_of(Names(target_names="disp"), "target", 3) == [("disp", 3)]
+    assert field_layout_of(Names(target_names="disp"), "target", 1) == [("disp", 1)]
     assert field_layout_of(Names(target_names=["u"]), "target", 1) == [("u", 1)]
     assert field_layout_of(Names(), "target", 1) == [("y", 1)]
     assert field_layout_of(Names(), "target", 2) == [("y0", 1), ("y1", 1)]
