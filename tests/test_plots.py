@@ -55,6 +55,12 @@ def test_a_triangle_mesh_gets_input_target_prediction_and_error_panels(figures, 
         (artist,) = [c for c in ax.collections if isinstance(c, (TriMesh, PolyCollection))]
         assert artist.get_clim() == (0.0, 7.0)
         assert isinstance(artist, TriMesh)  # triangles drawn with Gouraud shading
+        np.testing.assert_array_equal(artist._triangulation.triangles, [[0, 1, 2], [1, 2, 3]])
+        np.testing.assert_allclose(artist._triangulation.x, [0, 1, 1, 0])
+        np.testing.assert_allclose(artist._triangulation.y, [0, 0, 1, 1])
+        assert artist.get_cmap().name == "viridis"
+    error_panel = next(c for c in axes[3].collections if isinstance(c, TriMesh))
+    assert error_panel.get_cmap().name == "magma"
     assert len(fig.axes) == 8  # each panel has its colour bar
 
 
@@ -87,6 +93,7 @@ def test_a_point_cloud_is_a_scatter(figures, tmp_path):
     (fig,) = figures
     panels = [ax for ax in fig.axes if ax.get_title()]
     assert all(isinstance(ax.collections[0], PathCollection) for ax in panels)
+    assert [ax.collections[0].get_cmap().name for ax in panels] == ["viridis"] * 3 + ["magma"]
     np.testing.assert_allclose(panels[1].collections[0].get_offsets(), data.pos.numpy())
 
 
@@ -116,7 +123,7 @@ def test_loss_curve_draws_the_epochs_that_have_each_value(figures, tmp_path):
         {"epoch": 2, "train_loss": 0.25, "test_rel_l2": 0.3},
         {"epoch": 3, "train_loss": 0.125},
     ]
-    path = plots.plot_loss_curve(history, tmp_path / "d" / "loss.png", title="pit")
+    path = plots.plot_loss_curve(history, tmp_path / "d" / "e" / "loss.png", title="pit")
     assert path.stat().st_size > 0
     (fig,) = figures
     (ax,) = fig.axes
@@ -127,8 +134,20 @@ def test_loss_curve_draws_the_epochs_that_have_each_value(figures, tmp_path):
     np.testing.assert_allclose(test.get_xdata(), [2])
     assert train.get_marker() == "."
     assert ax.get_yscale() == "log" and ax.get_xlabel() == "epoch" and ax.get_title() == "pit"
-    long = [{"epoch": i, "train_loss": 1.0 / i} for i in range(1, 61)]
+    long = [{"epoch": i, "train_loss": 1.0 / i} for i in range(1, 51)]  # 50 rows: no markers
     plots.plot_loss_curve(long, tmp_path / "long.png")
     (line,) = figures[1].axes[0].get_lines()
     assert line.get_marker() in (None, "None", "")
     assert figures[1].axes[0].get_title() == ""
+
+
+def test_predictions_may_be_tensors_with_gradients_or_numpy_arrays(figures, tmp_path):
+    data = square()
+    weight = torch.ones(1, requires_grad=True)
+    plots.plot_sample(data, data.y * weight, tmp_path / "grad.png")  # a model's raw output
+    plots.plot_sample(data, data.y.numpy() + 1.0, tmp_path / "array.png")
+    values = [
+        drawn(next(ax for ax in fig.axes if ax.get_title() == "prediction")) for fig in figures
+    ]
+    np.testing.assert_allclose(values[0], [0, 2, 4, 6])
+    np.testing.assert_allclose(values[1], [1, 3, 5, 7])
