@@ -308,18 +308,23 @@ def generate(dataset: str, args) -> None:
         build_dataset(dataset, "test", args.data_dir, **{**options, **extra})
 
 
+def spawn_pool(jobs: int):
+    """``jobs`` worker processes, each started afresh (spawn: no copy of this process's torch
+    threads or state)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"))
+
+
 def generate_all(datasets: list[str], args) -> None:
     """Generate the datasets, ``args.jobs`` at a time (one process each: every dataset writes its
     own files), before any training starts."""
     for dataset in datasets:
         progress(f"generating {dataset}")
     if args.jobs > 1 and len(datasets) > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
-            for _ in pool.map(generate, datasets, [args] * len(datasets)):
-                pass
+        with spawn_pool(args.jobs) as pool:
+            list(pool.map(generate, datasets, [args] * len(datasets)))
     else:
         for dataset in datasets:
             generate(dataset, args)
@@ -352,10 +357,9 @@ def main(argv=None) -> None:
         log.unlink(missing_ok=True)
     todo = longest_first([pair for pair in pairs if pair not in done], args)
     if args.jobs > 1 and len(todo) > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import as_completed
 
-        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+        with spawn_pool(args.jobs) as pool:
             futures = {pool.submit(pair_record, d, m, args): (d, m) for d, m in todo}
             for future in as_completed(futures):
                 done[futures[future]] = save_record(log, future.result(), args)

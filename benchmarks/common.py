@@ -451,3 +451,18 @@ def load_results(results: Path, names: Sequence[str]) -> dict[str, dict]:
                 raise SystemExit(f"{path} has no 'records': is it a benchmark result file?")
             found[name] = data
     return found
+
+
+def profile_args(argv, description: str, steps: int) -> argparse.Namespace:
+    """The options of the ``profile_*.py`` scripts (``--quick``, ``--threads``, ``--steps``,
+    ``--out``), parsed, with torch set to that many threads."""
+    import torch
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    return args

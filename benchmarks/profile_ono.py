@@ -11,10 +11,7 @@ FFN), and the reference.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
-from common import RESULTS, SECTION_END, SECTION_START, machine, markdown_table
+from common import SECTION_END, SECTION_START, machine, markdown_table, profile_args
 
 OTHER = "other (element-wise, optimizer, autograd)"
 #: operator name fragments of each group (first match wins)
@@ -103,15 +100,8 @@ def table(result: dict[str, dict]) -> str:
 
 
 def main(argv=None) -> None:
-    import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = profile_args(argv, __doc__.splitlines()[0], steps=5)
     n, batch = (64, 3) if args.quick else (256, 20)
     info = machine()
     result = profile_case(n, batch, args.steps)

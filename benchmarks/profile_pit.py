@@ -9,10 +9,7 @@ floating-point work the attention itself needs.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
-from common import RESULTS, SECTION_END, SECTION_START, machine, markdown_table
+from common import SECTION_END, SECTION_START, machine, markdown_table, profile_args
 
 #: operator name fragments of each group (first match wins)
 GROUPS = {
@@ -107,15 +104,8 @@ def tables(result: dict) -> str:
 
 
 def main(argv=None) -> None:
-    import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = profile_args(argv, __doc__.splitlines()[0], steps=2)
     cases = [(150, 150, 2), (150, 40, 2)] if args.quick else [(972, 972, 8), (972, 256, 8)]
     info = machine()
     parts = [
