@@ -32,8 +32,17 @@ def trained(tmp_path_factory):
         model_args={"hidden_channels": 8},
         dataset_args=TINY,
     )
-    metrics = R.train_run(run, figures=True, log=lines.append)
+    # a model preset for the pair, so that the run must merge it under the explicit settings
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(R, "preset", with_model_preset)
+        metrics = R.train_run(run, figures=True, log=lines.append)
     return root, run, metrics, lines
+
+
+def with_model_preset(dataset, model):
+    defaults = preset(dataset, model)
+    defaults["model"] = {**defaults["model"], "num_layers": 3, "hidden_channels": 16}
+    return defaults
 
 
 def test_train_run_writes_the_run_and_logs_what_it_trains(trained):
@@ -43,13 +52,15 @@ def test_train_run_writes_the_run_and_logs_what_it_trains(trained):
     assert saved["dataset"] == "darcy" and saved["model"] == "mlp"
     assert saved["metrics"] == json.loads(json.dumps(metrics))
     # the pair's preset under the explicit settings
-    defaults = preset("darcy", "mlp")
+    defaults = with_model_preset("darcy", "mlp")
     assert saved["model_args"] == {**defaults["model"], "hidden_channels": 8}
+    assert saved["model_args"]["num_layers"] == 3
     assert saved["train"]["epochs"] == 2 and saved["train"]["batch_size"] == 2
     for key, value in defaults["train"].items():
         if key not in ("epochs", "batch_size"):
             assert saved["train"][key] == value
     model, ckpt = load_model(out)
+    assert (model.config["num_layers"], model.config["hidden_channels"]) == (3, 8)
     parameters = sum(p.numel() for p in model.parameters())
     assert lines == [
         f"training mlp ({parameters:,} parameters) on darcy: 3 train / 2 test samples -> {out}"
