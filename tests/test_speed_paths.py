@@ -789,3 +789,28 @@ def test_pit_training_step_searches_no_neighbours_after_the_first(monkeypatch):
         for batch in make_loader(samples, batch_size=2, shuffle=epoch == 1):
             model(batch).square().mean().backward()
     assert len(calls) == 4  # encoder and decoder, two batches, first epoch only
+
+
+@pytest.mark.parametrize("field", [{"quantile": 0.1}, {"k": 5}])
+def test_cached_edges_give_the_gradients_of_a_fresh_search(field, monkeypatch):
+    """A cache hit reuses each sample's distances and its edges' order by source (the backward's
+    transpose): outputs and every gradient equal a cache-less layer's, with no sort on the hit."""
+    torch.manual_seed(0)
+    meshes = [(torch.rand(30 + 5 * i, 2), torch.rand(12 + i, 2)) for i in range(3)]
+    cached = LocalPositionAttention(4, 6, 2, **field)
+    fresh = LocalPositionAttention(4, 6, 2, cache_mb=0, **field)
+    fresh.load_state_dict(cached.state_dict())
+    pos_src, pos_dst, batch_src, batch_dst = mesh_batch(meshes)
+    cached(torch.randn(len(pos_src), 4), pos_src, batch_src, pos_dst=pos_dst, batch_dst=batch_dst)
+    sorts = []
+    original = torch.argsort
+    monkeypatch.setattr(torch, "argsort", lambda *a, **k: sorts.append(1) or original(*a, **k))
+    pos_src, pos_dst, batch_src, batch_dst = mesh_batch([meshes[2], meshes[0], meshes[1]])
+    x = torch.randn(len(pos_src), 4, requires_grad=True)
+    outs = []
+    for layer in (cached, fresh):
+        out = layer(x, pos_src, batch_src, pos_dst=pos_dst, batch_dst=batch_dst)
+        outs.append((out, grads(out, [x, layer.theta, layer.lin_v.weight])))
+    assert len(sorts) == 1  # the fresh layer's backward only
+    torch.testing.assert_close(outs[0][0], outs[1][0])
+    assert_all_close(outs[0][1], outs[1][1])

@@ -70,8 +70,9 @@ class LocalPositionAttention(PositionKernel):
             domains). A sample's mesh does not change between epochs: its edges are stored under
             the exact bytes of its source and target coordinates and reused whenever the same
             coordinates come back (any change of the positions is a new key, so the lists are
-            recomputed), least recently used dropped first; distances are always recomputed from
-            the positions. 0 turns the cache off.
+            recomputed), least recently used dropped first, with the edges' distances and their
+            order by source (positions that require gradients get their distances recomputed,
+            so that the gradient reaches them). 0 turns the cache off.
 
     Shapes:
         - input: the common signature of :mod:`meshop.nn.interface`: ``x`` :math:`(N_{src},
@@ -110,7 +111,7 @@ class LocalPositionAttention(PositionKernel):
         self.field = given
         self.max_num_neighbors = max_num_neighbors
         self.cache_bytes = int(cache_mb * 2**20)
-        self._cache: OrderedDict[bytes, Tensor] = OrderedDict()
+        self._cache: OrderedDict[bytes, tuple[Tensor, Tensor, Tensor]] = OrderedDict()
         self._cached_bytes = 0
         super().__init__(in_channels, out_channels, heads, lambda_param, periodic)
 
@@ -124,15 +125,25 @@ class LocalPositionAttention(PositionKernel):
         """Receptive fields as an edge index [2, E] (row 0 target, row 1 source) sorted by target,
         then source (CSR order), and the squared (minimum-image when periodic) distance of every
         edge [E]."""
+        index, dist, _ = self._edges(pos_src, pos_dst, batch_src, batch_dst)
+        return index, dist
+
+    def _edges(
+        self, pos_src: Tensor, pos_dst: Tensor, batch_src: Tensor | None, batch_dst: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """:meth:`neighbors` and, for cached samples, the edges' order by source (the transpose
+        in CSR order that the backward needs), else ``None``."""
         if self.periodic is not None:
-            return self._periodic_neighbors(pos_src, pos_dst, batch_src, batch_dst)
+            return *self._periodic_neighbors(pos_src, pos_dst, batch_src, batch_dst), None
         cache = self.cache_bytes > 0 and pos_src.device.type == "cpu"
         if cache:
             slices = self._slices(pos_src, pos_dst, batch_src, batch_dst)
             keys = [_key(pos_src[src], pos_dst[dst]) for src, dst in slices]
             if all(key in self._cache for key in keys):
-                index = self._cached_index(slices, keys, pos_src.device)
-                return index, squared_distance(pos_src, pos_dst, index)
+                index, dist, order = self._cached_edges(slices, keys, pos_src)
+                if pos_src.requires_grad or pos_dst.requires_grad:  # keep the positions' graph
+                    dist = squared_distance(pos_src, pos_dst, index)
+                return index, dist, order
         index = neighbor_index(
             pos_src,
             pos_dst,
@@ -142,9 +153,10 @@ class LocalPositionAttention(PositionKernel):
             **self.field,
         )
         index = sort_edges(index, len(pos_dst), len(pos_src))
+        dist = squared_distance(pos_src, pos_dst, index)
         if cache:
-            self._store(index, slices, keys)
-        return index, squared_distance(pos_src, pos_dst, index)
+            self._store(index, dist, slices, keys)
+        return index, dist, None
 
     @staticmethod
     def _slices(pos_src, pos_dst, batch_src, batch_dst) -> list[tuple[slice, slice]]:
@@ -156,18 +168,25 @@ class LocalPositionAttention(PositionKernel):
             batch_dst = torch.zeros(len(pos_dst), dtype=torch.long, device=pos_dst.device)
         return sample_slices(batch_src, batch_dst)
 
-    def _cached_index(self, slices, keys, device) -> Tensor:
-        parts = []
+    def _cached_edges(self, slices, keys, like: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The batch's edges from its samples' entries: index and order shifted by each sample's
+        first source, target and edge; the distances as stored (same coordinates, same bytes)."""
+        index, dist, order, start = [], [], [], 0
         for (src, dst), key in zip(slices, keys):
             self._cache.move_to_end(key)
-            local = self._cache[key].to(device=device, dtype=torch.long)
-            parts.append(local + local.new_tensor([[dst.start], [src.start]]))
-        if not parts:
-            return torch.zeros(2, 0, dtype=torch.long, device=device)
-        return torch.cat(parts, dim=1)
+            local, local_dist, local_order = self._cache[key]
+            index.append(local.long() + local.new_tensor([[dst.start], [src.start]]).long())
+            dist.append(local_dist.detach())
+            order.append(local_order.long() + start)
+            start += local.shape[1]
+        if not index:
+            empty = torch.zeros(0, dtype=torch.long, device=like.device)
+            return empty.view(2, 0), like.new_zeros(0), empty
+        return torch.cat(index, dim=1), torch.cat(dist), torch.cat(order)
 
-    def _store(self, index: Tensor, slices, keys) -> None:
-        """Split the batch's edges (sorted by target) by sample and keep them, in local indices."""
+    def _store(self, index: Tensor, dist: Tensor, slices, keys) -> None:
+        """Split the batch's edges (sorted by target) by sample and keep them, in local indices,
+        with their distances and their order by source."""
         starts = index.new_tensor([dst.start for _, dst in slices] + [slices[-1][1].stop])
         bounds = torch.searchsorted(index[0].contiguous(), starts).tolist()
         for (src, dst), key, lo, hi in zip(slices, keys, bounds[:-1], bounds[1:]):
@@ -176,13 +195,18 @@ class LocalPositionAttention(PositionKernel):
                 continue
             local = index[:, lo:hi] - index.new_tensor([[dst.start], [src.start]])
             local = local.to(torch.int32) if max(src.stop, dst.stop) < 2**31 else local
-            size = local.numel() * local.element_size() + len(key)
+            entry = (
+                local,
+                dist[lo:hi].detach().clone(),
+                torch.argsort(local[1], stable=True).to(local.dtype),
+            )
+            size = sum(t.numel() * t.element_size() for t in entry) + len(key)
             if size > self.cache_bytes:
                 continue
             while self._cached_bytes + size > self.cache_bytes:
                 old_key, old = self._cache.popitem(last=False)
-                self._cached_bytes -= old.numel() * old.element_size() + len(old_key)
-            self._cache[key] = local
+                self._cached_bytes -= sum(t.numel() * t.element_size() for t in old) + len(old_key)
+            self._cache[key] = entry
             self._cached_bytes += size
 
     def forward(
@@ -198,7 +222,7 @@ class LocalPositionAttention(PositionKernel):
         check_inputs(type(self).__name__, x, pos, batch, weight, pos_dst, batch_dst)
         if pos_dst is None:
             pos_dst, batch_dst = pos, batch
-        index, dist = self.neighbors(pos, pos_dst, batch, batch_dst)
+        index, dist, order = self._edges(pos, pos_dst, batch, batch_dst)
         v = self.lin_v(x).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
         logits = -dist[:, None] * self.lam[None, :]  # [E, H]
         log_w = log_weight(weight, pos)
@@ -206,7 +230,7 @@ class LocalPositionAttention(PositionKernel):
             logits = logits + log_w[index[1], None].to(logits.dtype)
         alpha = softmax(logits, index=index[0], num_nodes=len(pos_dst))  # over each target's field
         dtype = torch.promote_types(alpha.dtype, v.dtype)
-        out = _Aggregate.apply(alpha.to(dtype), v.to(dtype), index, len(pos_dst))
+        out = _Aggregate.apply(alpha.to(dtype), v.to(dtype), index, len(pos_dst), order)
         return out.view(len(pos_dst), self.out_channels)
 
     def _periodic_neighbors(self, pos_src, pos_dst, batch_src, batch_dst) -> tuple[Tensor, Tensor]:
@@ -306,11 +330,14 @@ class _Aggregate(torch.autograd.Function):
     the products run in the inputs' dtype.
 
     ``alpha`` [E, H] and ``v`` [N_src, H, C] share a dtype; ``index`` [2, E] (row 0 target,
-    row 1 source) is sorted by target, then source, without repeated edges.
+    row 1 source) is sorted by target, then source, without repeated edges; ``order`` [E], when
+    given, sorts the edges by source, then target (else the backward sorts them).
     """
 
     @staticmethod
-    def forward(ctx, alpha: Tensor, v: Tensor, index: Tensor, num_dst: int) -> Tensor:
+    def forward(
+        ctx, alpha: Tensor, v: Tensor, index: Tensor, num_dst: int, order: Tensor | None = None
+    ) -> Tensor:
         dst, src = index
         crow = _row_pointers(dst, num_dst)
         v_heads = v.transpose(0, 1).contiguous()  # [H, N_src, C]
@@ -319,13 +346,13 @@ class _Aggregate(torch.autograd.Function):
             out = [
                 _sparse(crow, src, a, size) @ v_h for a, v_h in zip(alpha.t().contiguous(), v_heads)
             ]
-        ctx.save_for_backward(alpha, v_heads, index, crow)
+        ctx.save_for_backward(alpha, v_heads, index, crow, order)
         return torch.stack(out, dim=1)  # [N_dst, H, C]
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        alpha, v_heads, (dst, src), crow = ctx.saved_tensors
+        alpha, v_heads, (dst, src), crow, order = ctx.saved_tensors
         size = (len(crow) - 1, v_heads.shape[1])  # [N_dst, N_src]
         grad_heads = grad_out.to(v_heads.dtype).transpose(0, 1).contiguous()  # [H, N_dst, C]
         grad_alpha = grad_v = None
@@ -341,8 +368,9 @@ class _Aggregate(torch.autograd.Function):
                     dim=1,
                 )
             if ctx.needs_input_grad[1]:
-                order = torch.argsort(src, stable=True)  # the transpose in CSR order
-                crow_t, col_t = _row_pointers(src[order], size[1]), dst[order]
+                if order is None:  # the transpose in CSR order
+                    order = torch.argsort(src, stable=True)
+                crow_t, col_t = _row_pointers(src, size[1]), dst[order]
                 grad_v = torch.stack(
                     [
                         _sparse(crow_t, col_t, a, size[::-1]) @ g
@@ -350,7 +378,7 @@ class _Aggregate(torch.autograd.Function):
                     ],
                     dim=1,
                 )
-        return grad_alpha, grad_v, None, None
+        return grad_alpha, grad_v, None, None, None
 
 
 def _nearest_image(index: Tensor, dist: Tensor, n_dst: int, n_src: int) -> tuple[Tensor, Tensor]:
