@@ -11,7 +11,9 @@ its memory and time are then measured warm:
 - peak memory on CUDA is ``torch.cuda.max_memory_allocated()`` during the call minus the memory
   allocated before it.
 - time is the fastest of the repeated calls (the machine is shared: the minimum is the least
-  noisy); a step that takes longer than ``min_time`` is called, measured and timed once.
+  noisy); a step that takes longer than ``min_time`` is called, measured and timed once, unless
+  the case asks for a warm measurement (training steps: the first call searches neighbours that
+  every later epoch reuses), which times a second call and reports the larger peak of the two.
 
 Comparisons are measured side by side in one run and reported as ratios.
 """
@@ -126,8 +128,12 @@ def _peak_rss() -> float:
         return _max_rss_mb()
 
 
-def measure(step: Callable[[], object], device: str, min_time: float, max_repeats: int) -> dict:
-    """Peak memory of one call of ``step`` and its time (see the module docstring)."""
+def measure(
+    step: Callable[[], object], device: str, min_time: float, max_repeats: int, warm: bool = False
+) -> dict:
+    """Peak memory of one call of ``step`` and its time (see the module docstring); with ``warm``
+    every step is timed after a first call, whatever its length, and the peak is the larger of
+    the first call's and the timed calls'."""
     import torch
 
     cuda = device == "cuda"
@@ -150,13 +156,17 @@ def measure(step: Callable[[], object], device: str, min_time: float, max_repeat
         return seconds, peak - base, peak
 
     # a quick step is called once first (lazy initialisations), then measured warm
-    seconds, peak, total = call()
+    seconds, first_peak, first_total = call()
     times = []
-    if seconds < min_time:
+    if warm or seconds < min_time:
         seconds, peak, total = call()
         times.append(seconds)
         while len(times) < max_repeats and sum(times) < min_time:
             times.append(call()[0])
+        if warm and first_peak > peak:
+            peak, total = first_peak, first_total
+    else:
+        peak, total = first_peak, first_total
     return {
         "time_s": min(times) if times else seconds,
         "calls_timed": max(len(times), 1),
@@ -165,14 +175,14 @@ def measure(step: Callable[[], object], device: str, min_time: float, max_repeat
     }
 
 
-def _worker(conn, prepare, params, device, threads, min_time, max_repeats):
+def _worker(conn, prepare, params, device, threads, min_time, max_repeats, warm=False):
     import torch
 
     gc.freeze()  # the imported modules' objects: keeps the collections in measure() quick
     torch.set_num_threads(threads)
     try:
         step = prepare(device=device, **params)
-        result = measure(step, device, min_time, max_repeats)
+        result = measure(step, device, min_time, max_repeats, warm)
     except (RuntimeError, MemoryError) as exc:  # out of memory, mostly
         result = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
     conn.send(result)
@@ -198,7 +208,11 @@ def _context():
 
 
 def run_cli_case(
-    prepare: Callable[..., Callable[[], object]], params: dict, device: str, args
+    prepare: Callable[..., Callable[[], object]],
+    params: dict,
+    device: str,
+    args,
+    warm: bool = False,
 ) -> dict:
     """:func:`run_case` with the options every script takes from its command line."""
     return run_case(
@@ -208,6 +222,7 @@ def run_cli_case(
         threads=args.threads,
         timeout=args.timeout,
         min_time=args.min_time,
+        warm=warm,
     )
 
 
@@ -220,17 +235,21 @@ def run_case(
     timeout: float,
     min_time: float = 1.0,
     max_repeats: int = 5,
+    warm: bool = False,
 ) -> dict:
     """Measure ``prepare(device=device, **params)()`` in a fresh process (see the module docstring).
 
     ``prepare`` must be a module-level function; it builds the inputs and returns the step.
     Returns ``time_s``, ``peak_mb`` (peak minus before the call), ``total_peak_mb`` and
-    ``calls_timed``, or ``error`` when the case failed, was killed or ran out of time.
+    ``calls_timed``, or ``error`` when the case failed, was killed or ran out of time. ``warm``
+    times every step after a first call (a training step, whose first call searches the
+    neighbours that later epochs reuse).
     """
     ctx = _context()
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(
-        target=_worker, args=(send, prepare, params, device, threads, min_time, max_repeats)
+        target=_worker,
+        args=(send, prepare, params, device, threads, min_time, max_repeats, warm),
     )
     proc.start()
     send.close()

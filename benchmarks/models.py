@@ -259,6 +259,7 @@ def main(argv=None) -> None:
                             dict(impl=impl, model=model, n=n, batch_size=batch_size),
                             device,
                             args,
+                            warm=True,  # epochs after the first reuse the neighbour lists
                         )
                     if "time_s" in record:
                         record["samples_per_s"] = batch_size / record["time_s"]

@@ -6,6 +6,7 @@ import importlib
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,28 @@ def test_measured_peak_memory_counts_the_call_and_not_the_inputs():
     )
     assert 190 <= result["peak_mb"] <= 260, result
     assert result["total_peak_mb"] >= result["peak_mb"] + 200  # the 200 MB input exists too
+
+
+def test_a_warm_measurement_times_the_calls_after_the_first_and_keeps_the_larger_peak():
+    """A slow step is timed once, cold, unless the case asks for warm calls (training steps,
+    whose first call searches the neighbours): then its first call is left out of the time but
+    not out of the peak memory."""
+    common = script("common")
+    calls = []
+
+    def step():
+        calls.append(1)
+        if len(calls) == 1:  # the first call: slow, and 50 MB at its peak
+            block = bytearray(50 * 2**20)
+            block[::4096] = b"x" * len(block[::4096])
+            time.sleep(0.3)
+
+    cold = common.measure(step, "cpu", min_time=0.1, max_repeats=3)
+    assert cold["time_s"] >= 0.3 and cold["calls_timed"] == 1 and len(calls) == 1
+    calls.clear()
+    warm = common.measure(step, "cpu", min_time=0.1, max_repeats=3, warm=True)
+    assert warm["time_s"] < 0.1 and warm["calls_timed"] == 3 and len(calls) == 4
+    assert warm["peak_mb"] >= 40
 
 
 def test_dense_estimate_scales_the_largest_measured_case():

@@ -195,14 +195,12 @@ class LocalPositionAttention(PositionKernel):
                 continue
             local = index[:, lo:hi] - index.new_tensor([[dst.start], [src.start]])
             local = local.to(torch.int32) if max(src.stop, dst.stop) < 2**31 else local
-            entry = (
-                local,
-                dist[lo:hi].detach().clone(),
-                torch.argsort(local[1], stable=True).to(local.dtype),
-            )
-            size = sum(t.numel() * t.element_size() for t in entry) + len(key)
+            edges = local.shape[1]  # index, distances, order
+            size = edges * (3 * local.element_size() + dist.element_size()) + len(key)
             if size > self.cache_bytes:
                 continue
+            order = torch.argsort(local[1], stable=True).to(local.dtype)
+            entry = (local, dist[lo:hi].detach().clone(), order)
             while self._cached_bytes + size > self.cache_bytes:
                 old_key, old = self._cache.popitem(last=False)
                 self._cached_bytes -= sum(t.numel() * t.element_size() for t in old) + len(old_key)
