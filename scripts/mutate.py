@@ -15,6 +15,15 @@ that reach the mutated function.
 Prints, per target, the number of mutants, killed, survived (and timeouts, suspicious), the run
 time and the names of the surviving mutants; ``cd .mutmut/NAME && mutmut show MUTANT`` shows one
 as a diff. Exit status 0 whatever survives: surviving mutants are to be read, not to fail a build.
+
+mutmut switches a mutant on inside the test process only, so code that runs in processes a test
+starts (``torch.multiprocessing`` workers, ``meshop`` commands run as subprocesses) keeps the
+original there, and such mutants survive although a test would catch them. ``--verify`` checks
+the survivors of a target's last run without mutmut: each survivor's diff is applied to the
+module in a clean copy of the working tree (``.mutmut/NAME-verify/``), the target's test files run
+on it (every process they start imports that copy), and the module is restored:
+
+    python scripts/mutate.py distributed --verify   # after a run of the target
 """
 
 from __future__ import annotations
@@ -263,6 +272,53 @@ def run_target(name: str, max_children: int, time_limit: float | None = None) ->
     return {"target": name, "module": module, "seconds": seconds, "counts": counts}
 
 
+def verify_survivors(name: str) -> dict[str, list[str]]:
+    """Apply every survivor of target ``name``'s last run to a clean copy of the working tree, one
+    at a time, and run the target's test files on it: ``{"killed": [...], "survived": [...],
+    "not applied": [...]}`` (a diff ``patch`` cannot place is "not applied")."""
+    module, tests = TARGETS[name]
+    runs = WORK / name
+    if not (runs / "mutants").is_dir():
+        raise SystemExit(f"no run of target {name!r} to verify: run scripts/mutate.py {name} first")
+    survivors = results(runs).get("survived", [])
+    dest = scratch_copy(f"{name}-verify")
+    original = (dest / module).read_bytes()
+    env = {**_env(), "PYTHONPATH": str(dest)}  # workers and subprocesses import the copy too
+    verdicts: dict[str, list[str]] = {"killed": [], "survived": [], "not applied": []}
+    start = time.perf_counter()
+    for mutant in survivors:
+        diff = mutmut(runs, "show", mutant).stdout
+        diff = diff[diff.index("---") :] if "---" in diff else ""
+        applied = subprocess.run(
+            ["patch", "-p0", "--forward", "--no-backup-if-mismatch", "--reject-file=-", "-s"],
+            cwd=dest,
+            input=diff,
+            text=True,
+            capture_output=True,
+        )
+        if not diff or applied.returncode != 0 or (dest / module).read_bytes() == original:
+            verdicts["not applied"].append(mutant)
+        else:
+            tested = subprocess.run(
+                [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                cwd=dest,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            verdicts["killed" if tested.returncode != 0 else "survived"].append(mutant)
+        (dest / module).write_bytes(original)
+    seconds = time.perf_counter() - start
+    counts = {verdict: len(names) for verdict, names in verdicts.items()}
+    print(
+        f"\n== {name}: {len(survivors)} survivors applied to the source ({seconds:.0f} s): {counts}"
+    )
+    for verdict in ("survived", "not applied"):
+        for mutant in verdicts[verdict]:
+            print(f"  {verdict}: {mutant}")
+    return verdicts
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("targets", nargs="*", help=f"targets (default all): {', '.join(TARGETS)}")
@@ -276,6 +332,12 @@ def main(argv=None) -> None:
         default=None,
         help="stop a target's run after this many seconds (its unreached mutants: not checked)",
     )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="apply each survivor of the targets' last runs to the source and run their tests "
+        "without mutmut (catches what mutmut cannot see: code in processes the tests start)",
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name, (module, tests) in TARGETS.items():
@@ -285,7 +347,10 @@ def main(argv=None) -> None:
     if unknown:
         raise SystemExit(f"unknown target(s) {unknown}; choose from {list(TARGETS)}")
     for name in args.targets or list(TARGETS):
-        run_target(name, args.max_children, args.time_limit)
+        if args.verify:
+            verify_survivors(name)
+        else:
+            run_target(name, args.max_children, args.time_limit)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""scripts/mutate.py --verify: each survivor applied to the source, the target's tests run on it."""
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+mutate = importlib.import_module("mutate")
+
+MODULE = "def add(a, b):\n    return a + b  # the sum\n\n\ndef unused():\n    return 1\n"
+TEST = "from pkg.tiny import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+
+
+def diff(old: str, new: str) -> str:
+    """A survivor as ``mutmut show`` prints it: one hunk of the module."""
+    return f"# survivor\n--- pkg/tiny.py\n+++ pkg/tiny.py\n@@ -1,2 +1,2 @@\n def {old}\n{new}"
+
+
+SUM = "-    return a + b  # the sum\n"
+DIFFS = {
+    "killed_one": diff("add(a, b):", SUM + "+    return a - b  # the sum\n"),
+    "equivalent": diff("add(a, b):", SUM + "+    return b + a  # the sum\n"),
+    "elsewhere": diff("gone(a):", "-    return a\n+    return -a\n"),
+}
+
+
+def test_verify_applies_each_survivor_runs_the_tests_and_restores_the_module(
+    tmp_path, monkeypatch, capsys
+):
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "pkg" / "__init__.py").write_text("")
+    (repo / "pkg" / "tiny.py").write_text(MODULE)
+    (repo / "tests" / "test_tiny.py").write_text(TEST)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (tmp_path / "work" / "tiny" / "mutants").mkdir(parents=True)
+    monkeypatch.setattr(mutate, "ROOT", repo)
+    monkeypatch.setattr(mutate, "WORK", tmp_path / "work")
+    monkeypatch.setattr(mutate, "TARGETS", {"tiny": ("pkg/tiny.py", ["tests/test_tiny.py"])})
+    monkeypatch.setattr(mutate, "results", lambda dest: {"survived": list(DIFFS), "killed": ["x"]})
+
+    def show(dest, *args, check=True):
+        assert args[0] == "show" and dest == tmp_path / "work" / "tiny"
+        return subprocess.CompletedProcess(args, 0, stdout=DIFFS[args[1]], stderr="")
+
+    monkeypatch.setattr(mutate, "mutmut", show)
+    verdicts = mutate.verify_survivors("tiny")
+    assert verdicts == {
+        "killed": ["killed_one"],
+        "survived": ["equivalent"],
+        "not applied": ["elsewhere"],
+    }
+    assert (tmp_path / "work" / "tiny-verify" / "pkg" / "tiny.py").read_text() == MODULE
+    assert (repo / "pkg" / "tiny.py").read_text() == MODULE  # the checkout is left alone
+    out = capsys.readouterr().out
+    assert "3 survivors applied to the source" in out
+    assert "survived: equivalent" in out and "not applied: elsewhere" in out
+
+
+def test_verify_without_a_run_says_what_to_run_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(mutate, "WORK", tmp_path)
+    try:
+        mutate.verify_survivors("losses")
+    except SystemExit as exc:
+        assert "run scripts/mutate.py losses first" in str(exc)
+    else:
+        raise AssertionError("a target without a run must be refused")
