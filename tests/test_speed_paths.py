@@ -118,6 +118,12 @@ def test_shared_mesh_kernel_is_computed_once_per_head(monkeypatch):
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     layer(torch.randn(b * n, c), pos, batch_vector(b, n))
     assert calls == [((1, 2, n, 3), (1, 2, n, b * 4))]
+    # one sample has nothing to share: the fused kernel (coordinates padded to the head width),
+    # twice as fast as the explicit kernel for a single sample
+    calls.clear()
+    wide = PositionAttention(16, 16, heads=2)
+    wide(torch.randn(n, 16), pos[:n], batch_vector(1, n))
+    assert calls == [((1, 2, n, 8), (1, 2, n, 8))]
 
 
 # --- Galerkin-family attention -----------------------------------------------------------------
@@ -794,23 +800,31 @@ def test_pit_training_step_searches_no_neighbours_after_the_first(monkeypatch):
 @pytest.mark.parametrize("field", [{"quantile": 0.1}, {"k": 5}])
 def test_cached_edges_give_the_gradients_of_a_fresh_search(field, monkeypatch):
     """A cache hit reuses each sample's distances and its edges' order by source (the backward's
-    transpose): outputs and every gradient equal a cache-less layer's, with no sort on the hit."""
+    transpose): outputs and every gradient equal a cache-less layer's. A sample first seen without
+    autograd is stored unsorted; the first step with autograd sorts it once, later ones never."""
     torch.manual_seed(0)
     meshes = [(torch.rand(30 + 5 * i, 2), torch.rand(12 + i, 2)) for i in range(3)]
     cached = LocalPositionAttention(4, 6, 2, **field)
     fresh = LocalPositionAttention(4, 6, 2, cache_mb=0, **field)
     fresh.load_state_dict(cached.state_dict())
-    pos_src, pos_dst, batch_src, batch_dst = mesh_batch(meshes)
-    cached(torch.randn(len(pos_src), 4), pos_src, batch_src, pos_dst=pos_dst, batch_dst=batch_dst)
     sorts = []
     original = torch.argsort
     monkeypatch.setattr(torch, "argsort", lambda *a, **k: sorts.append(1) or original(*a, **k))
+    pos_src, pos_dst, batch_src, batch_dst = mesh_batch(meshes)
+    with torch.no_grad():  # prediction: stored, not sorted
+        cached(
+            torch.randn(len(pos_src), 4), pos_src, batch_src, pos_dst=pos_dst, batch_dst=batch_dst
+        )
+    assert sorts == []
     pos_src, pos_dst, batch_src, batch_dst = mesh_batch([meshes[2], meshes[0], meshes[1]])
     x = torch.randn(len(pos_src), 4, requires_grad=True)
-    outs = []
-    for layer in (cached, fresh):
-        out = layer(x, pos_src, batch_src, pos_dst=pos_dst, batch_dst=batch_dst)
-        outs.append((out, grads(out, [x, layer.theta, layer.lin_v.weight])))
-    assert len(sorts) == 1  # the fresh layer's backward only
-    torch.testing.assert_close(outs[0][0], outs[1][0])
-    assert_all_close(outs[0][1], outs[1][1])
+    for step in range(2):
+        sorts.clear()
+        outs = []
+        for layer in (cached, fresh):
+            out = layer(x, pos_src, batch_src, pos_dst=pos_dst, batch_dst=batch_dst)
+            outs.append((out, grads(out, [x, layer.theta, layer.lin_v.weight])))
+        # the fresh layer's backward sorts once; the cached layer sorts each sample once, first
+        assert len(sorts) == 1 + (3 if step == 0 else 0)
+        torch.testing.assert_close(outs[0][0], outs[1][0])
+        assert_all_close(outs[0][1], outs[1][1])

@@ -168,21 +168,26 @@ class LocalPositionAttention(PositionKernel):
             batch_dst = torch.zeros(len(pos_dst), dtype=torch.long, device=pos_dst.device)
         return sample_slices(batch_src, batch_dst)
 
-    def _cached_edges(self, slices, keys, like: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _cached_edges(self, slices, keys, like: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """The batch's edges from its samples' entries: index and order shifted by each sample's
-        first source, target and edge; the distances as stored (same coordinates, same bytes)."""
+        first source, target and edge; the distances as stored (same coordinates, same bytes).
+        A sample stored without autograd gets its order when a step with autograd needs it."""
         index, dist, order, start = [], [], [], 0
         for (src, dst), key in zip(slices, keys):
             self._cache.move_to_end(key)
             local, local_dist, local_order = self._cache[key]
+            if local_order is None and torch.is_grad_enabled():
+                local_order = torch.argsort(local[1], stable=True).to(local.dtype)
+                self._cache[key] = (local, local_dist, local_order)
             index.append(local.long() + local.new_tensor([[dst.start], [src.start]]).long())
             dist.append(local_dist.detach())
-            order.append(local_order.long() + start)
+            order.append(None if local_order is None else local_order.long() + start)
             start += local.shape[1]
         if not index:
             empty = torch.zeros(0, dtype=torch.long, device=like.device)
             return empty.view(2, 0), like.new_zeros(0), empty
-        return torch.cat(index, dim=1), torch.cat(dist), torch.cat(order)
+        order = None if any(o is None for o in order) else torch.cat(order)
+        return torch.cat(index, dim=1), torch.cat(dist), order
 
     def _store(self, index: Tensor, dist: Tensor, slices, keys) -> None:
         """Split the batch's edges (sorted by target) by sample and keep them, in local indices,
@@ -195,15 +200,16 @@ class LocalPositionAttention(PositionKernel):
                 continue
             local = index[:, lo:hi] - index.new_tensor([[dst.start], [src.start]])
             local = local.to(torch.int32) if max(src.stop, dst.stop) < 2**31 else local
-            edges = local.shape[1]  # index, distances, order
-            size = edges * (3 * local.element_size() + dist.element_size()) + len(key)
+            size = _entry_bytes(key, local, dist)
             if size > self.cache_bytes:
                 continue
-            order = torch.argsort(local[1], stable=True).to(local.dtype)
+            order = None  # sorted when a step with autograd (whose backward needs it) asks
+            if torch.is_grad_enabled():
+                order = torch.argsort(local[1], stable=True).to(local.dtype)
             entry = (local, dist[lo:hi].detach().clone(), order)
             while self._cached_bytes + size > self.cache_bytes:
-                old_key, old = self._cache.popitem(last=False)
-                self._cached_bytes -= sum(t.numel() * t.element_size() for t in old) + len(old_key)
+                old_key, (old, old_dist, _) = self._cache.popitem(last=False)
+                self._cached_bytes -= _entry_bytes(old_key, old, old_dist)
             self._cache[key] = entry
             self._cached_bytes += size
 
@@ -303,6 +309,12 @@ def _key(pos_src: Tensor, pos_dst: Tensor) -> bytes:
         header = f"{pos.dtype}{tuple(pos.shape)}".encode()
         parts += [header, pos.view(-1).view(torch.uint8).numpy().tobytes()]
     return b"|".join(parts)
+
+
+def _entry_bytes(key: bytes, local: Tensor, dist: Tensor) -> int:
+    """The memory of one cache entry: its key, edges, distances and their order by source (counted
+    whether sorted yet or not)."""
+    return local.shape[1] * (3 * local.element_size() + dist.element_size()) + len(key)
 
 
 def _sparse(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:

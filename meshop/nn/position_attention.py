@@ -186,13 +186,13 @@ class PositionAttention(PositionKernel):
     zero-padded to the value head width, so that ``F.scaled_dot_product_attention`` takes its
     fused kernel (O(N) memory).
     Batches whose samples all have the same numbers of source and target nodes (grids, fixed
-    meshes, resampled latent meshes) run as one batched call (``[B, H, N, P]``). When every sample
-    of such a batch also has the same mesh (grids, Darcy, Burgers), each head's kernel is computed
-    once and applied to all the samples' values side by side (``[H, N_src, B C_h]``); that kernel
-    is an explicit :math:`H N_{dst} N_{src}` matrix, used up to ``dense_elements`` entries (the
-    fused kernel beyond). Batches of mixed sizes run sample after sample (a block-diagonal boolean
-    mask would be a dense :math:`N_{dst} \times N_{src}` tensor). All paths compute the same
-    formula.
+    meshes, resampled latent meshes) run as one batched call (``[B, H, N, P]``). When the two or
+    more samples of such a batch also share one mesh (grids, Darcy, Burgers), each head's kernel
+    is computed once and applied to all the samples' values side by side (``[H, N_src, B C_h]``);
+    that kernel is an explicit :math:`H N_{dst} N_{src}` matrix, used up to ``dense_elements``
+    entries (the fused kernel beyond). Batches of mixed sizes run sample after sample (a
+    block-diagonal boolean mask would be a dense :math:`N_{dst} \times N_{src}` tensor). All
+    paths compute the same formula.
 
     With ``periodic`` the distance is the minimum-image one, :math:`\|x - y\|_L^2 = \sum_a
     (\delta_a - L_a\,\mathrm{round}(\delta_a / L_a))^2` with :math:`\delta = x - y`. It is not a dot
@@ -307,7 +307,7 @@ class PositionAttention(PositionKernel):
         [B, N_src, H, C_h], ``log_w`` [B, N_src] or None -> [B, N_dst, H, C_h]."""
         b, n_src, heads, width = v.shape
         n_dst = pos_dst.shape[1]
-        shared = b == 1 or (
+        shared = b > 1 and (
             torch.equal(pos_src, pos_src[:1].expand_as(pos_src))
             and torch.equal(pos_dst, pos_dst[:1].expand_as(pos_dst))
             and (log_w is None or torch.equal(log_w, log_w[:1].expand_as(log_w)))
