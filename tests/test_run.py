@@ -2,6 +2,7 @@
 data: what it writes, the presets under explicit settings, its errors, and the figures."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 from meshop.data import make_loader
 from meshop.datasets.registry import build_dataset
-from meshop.errors import ConfigError
+from meshop.errors import ConfigError, FieldError
 from meshop.train import run as R
 from meshop.train.checkpoint import load_model
 from meshop.train.config import RunConfig
@@ -39,7 +40,11 @@ def trained(tmp_path_factory):
     return root, run, metrics, lines
 
 
+PRESET_CALLS = []
+
+
 def with_model_preset(dataset, model):
+    PRESET_CALLS.append((dataset, model))
     defaults = preset(dataset, model)
     defaults["model"] = {**defaults["model"], "num_layers": 3, "hidden_channels": 16}
     return defaults
@@ -51,6 +56,8 @@ def test_train_run_writes_the_run_and_logs_what_it_trains(trained):
     saved = json.loads((out / "run.json").read_text())
     assert saved["dataset"] == "darcy" and saved["model"] == "mlp"
     assert saved["metrics"] == json.loads(json.dumps(metrics))
+    assert (out / "run.json").read_text().startswith('{\n  "dataset": "darcy",\n  "model"')
+    assert PRESET_CALLS[0] == ("darcy", "mlp")  # the pair's preset: dataset and model
     # the pair's preset under the explicit settings
     defaults = with_model_preset("darcy", "mlp")
     assert saved["model_args"] == {**defaults["model"], "hidden_channels": 8}
@@ -149,8 +156,12 @@ def test_runs_that_cannot_start_say_why(tmp_path, trained):
     root, _, _, _ = trained
     _, ckpt = load_model(root / "run")
     ckpt["data"]["dataset"] = None
-    with pytest.raises(ConfigError, match="^this checkpoint was not trained through `meshop"):
+    with pytest.raises(ConfigError) as error:
         R._test_split(ckpt, None, {})
+    assert str(error.value) == (
+        "this checkpoint was not trained through `meshop train` on a named dataset; "
+        "evaluate it in Python with meshop.train.metrics.per_sample_errors"
+    )
 
 
 def test_load_splits_in_one_process_gives_both_splits(tmp_path):
@@ -158,3 +169,127 @@ def test_load_splits_in_one_process_gives_both_splits(tmp_path):
     assert sorted(splits) == ["test", "train"]
     assert (len(splits["train"]), len(splits["test"])) == (3, 2)
     np.testing.assert_array_equal(splits["train"][0].pos.shape, (81, 2))
+
+
+def test_load_splits_reads_on_rank_zero_before_the_other_processes(monkeypatch):
+    """Rank 0 generates (or reads) the splits, then every other process finds them cached."""
+    events = []
+    monkeypatch.setattr(R, "barrier", lambda ctx: events.append("barrier"))
+    monkeypatch.setattr(R, "build_dataset", lambda name, split, *a, **k: events.append(split))
+    for rank, expected in (
+        (0, ["train", "test", "barrier", "barrier"]),
+        (1, ["barrier", "train", "test", "barrier"]),
+        (3, ["barrier", "train", "test", "barrier"]),
+    ):
+        events.clear()
+        monkeypatch.setattr(R, "setup", lambda *a, rank=rank: SimpleNamespace(rank=rank))
+        splits = R.load_splits("darcy", None, {})
+        assert events == expected and sorted(splits) == ["test", "train"]
+
+
+def test_train_run_defaults_start_afresh_draw_figures_quietly_and_keep_no_data_dir(
+    tmp_path, monkeypatch, capsys
+):
+    """Without options a run starts afresh (resume passed through only when asked), draws its
+    figures without printing, and records no data folder when none was given (the data root
+    then decides); one training sample is enough."""
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    resumed = []
+    real_fit = R.Trainer.fit
+
+    def fit(self, resume=False):
+        resumed.append(resume)
+        return real_fit(self, resume=resume)
+
+    monkeypatch.setattr(R.Trainer, "fit", fit)
+    run = RunConfig(
+        dataset="darcy",
+        model="mlp",
+        out=str(tmp_path / "run"),
+        train={"epochs": 1, "progress": False},
+        model_args={"hidden_channels": 8},
+        dataset_args={**TINY, "num_train": 1},
+    )
+    R.train_run(run, log=lambda *_: None)
+    assert capsys.readouterr().out == ""
+    assert sorted(p.name for p in (tmp_path / "run" / "figures").iterdir()) == [
+        "loss.png",
+        "test_000.png",
+        "test_001.png",
+    ]
+    _, ckpt = load_model(tmp_path / "run")
+    assert ckpt["data"]["data_dir"] is None
+    run.train["epochs"] = 2
+    R.train_run(run, resume=True, figures=False, log=lambda *_: None)
+    assert resumed == [False, True]
+
+
+def test_evaluate_run_rebuilds_the_checkpoints_latent_mesh(tmp_path):
+    """A PiT trained on a farthest-point latent mesh is scored on the same kind of latent mesh."""
+    from meshop.train.data import prepare
+    from meshop.train.inference import latent_of
+    from meshop.train.metrics import per_sample_errors
+
+    run = RunConfig(
+        dataset="darcy",
+        model="pit",
+        out=str(tmp_path / "run"),
+        data_dir=str(tmp_path / "data"),
+        train={"epochs": 1, "progress": False, "latent_points": 12, "latent_grid": None},
+        model_args={"width": 8, "blocks": 1},
+        dataset_args=TINY,
+    )
+    R.train_run(run, figures=False, log=lambda *_: None)
+    result = R.evaluate_run(tmp_path / "run")
+    model, ckpt = load_model(tmp_path / "run")
+    test_set = build_dataset(
+        "darcy", "test", str(tmp_path / "data"), **ckpt["data"]["dataset_args"]
+    )
+    with_latent = per_sample_errors(model, prepare(test_set, latent_of(ckpt)))
+    without = per_sample_errors(model, prepare(test_set, None))
+    assert result["test_rel_l2"] == pytest.approx(float(with_latent.mean()), rel=1e-6)
+    # one epoch of training: the model is near its start, but the latent mesh still shows
+    assert float(without.mean()) != pytest.approx(float(with_latent.mean()), rel=1e-5)
+
+
+def test_evaluate_run_names_the_test_data_that_does_not_fit_the_model(trained, monkeypatch):
+    root, _, _, _ = trained
+    real = R.build_dataset
+
+    def wider(*args, **kwargs):  # one more input channel than the model was trained with
+        samples = list(real(*args, **kwargs))
+        for data in samples:
+            data.x = torch.cat([data.x, data.x], dim=1)
+        return samples
+
+    monkeypatch.setattr(R, "build_dataset", wider)
+    with pytest.raises(FieldError, match="^the test data has 2 input field channels but the model"):
+        R.evaluate_run(root / "run")
+
+
+def test_the_test_split_of_a_checkpoint_without_dataset_options(trained, monkeypatch):
+    """Checkpoints that stored no dataset options get the dataset's defaults and the overrides."""
+    root, _, _, _ = trained
+    _, ckpt = load_model(root / "run")
+    del ckpt["data"]["dataset_args"]
+    calls = []
+    monkeypatch.setattr(R, "build_dataset", lambda *a, **k: calls.append((a, k)) or [])
+    R._test_split(ckpt, None, {"resolution": 9})
+    assert calls == [(("darcy", "test", str(root / "data")), {"resolution": 9})]
+
+
+def test_plot_run_draws_two_test_samples_by_default_under_the_models_name(
+    trained, tmp_path, monkeypatch
+):
+    root, _, _, _ = trained
+    real_split, real_curve = R._test_split, R.plot_loss_curve
+    titles = []
+    monkeypatch.setattr(R, "_test_split", lambda c, d, o: real_split(c, d, {"num_test": 4}))
+    monkeypatch.setattr(
+        R,
+        "plot_loss_curve",
+        lambda history, path, title=None: titles.append(title) or real_curve(history, path, title),
+    )
+    written = R.plot_run(root / "run", out=tmp_path / "figs", log=lambda *_: None)
+    assert [p.name for p in written] == ["loss.png", "test_000.png", "test_001.png"]
+    assert titles == [load_model(root / "run")[1]["model_name"]]
