@@ -293,3 +293,20 @@ def test_plot_run_draws_two_test_samples_by_default_under_the_models_name(
     written = R.plot_run(root / "run", out=tmp_path / "figs", log=lambda *_: None)
     assert [p.name for p in written] == ["loss.png", "test_000.png", "test_001.png"]
     assert titles == [load_model(root / "run")[1]["model_name"]]
+
+
+def test_a_run_without_test_samples_trains_and_reports_no_test_error(tmp_path, monkeypatch):
+    """A split of no test samples (a folder of few files) is left out, not scored as NaN."""
+    real = R.load_splits
+    monkeypatch.setattr(R, "load_splits", lambda *a: {"train": real(*a)["train"], "test": []})
+    run = RunConfig(
+        dataset="darcy",
+        model="mlp",
+        out=str(tmp_path / "run"),
+        data_dir=str(tmp_path / "data"),
+        train={"epochs": 1, "progress": False},
+        model_args={"hidden_channels": 8},
+        dataset_args=TINY,
+    )
+    metrics = R.train_run(run, figures=False, log=lambda *_: None)
+    assert metrics["epoch"] == 1 and not any(key.startswith("test") for key in metrics)
