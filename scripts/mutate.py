@@ -128,7 +128,10 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         ["tests/test_run.py", "tests/test_cli.py", "tests/test_train_registry.py"],
     ),
     "plots": ("meshop/train/plots.py", ["tests/test_plots.py", "tests/test_cli.py"]),
-    "demo": ("meshop/train/demo.py", ["tests/test_runs_reproduce.py", "tests/test_elasticity.py"]),
+    "demo": (
+        "meshop/train/demo.py",
+        ["tests/test_demo.py", "tests/test_runs_reproduce.py", "tests/test_elasticity.py"],
+    ),
     "transolver": ("meshop/models/transolver.py", ["tests/test_transolver.py"]),
 }
 SUMMARY = re.compile(r"(killed|survived|timeout|suspicious|no tests|skipped)", re.I)

@@ -1,0 +1,202 @@
+"""meshop.train.demo: the demo's settings, the points it samples in a mesh, and everything a run
+writes (summary, log, test meshes with their fields, predictions at new points, checkpoints)."""
+
+import csv
+import json
+
+import meshio
+import numpy as np
+import pytest
+import torch
+
+from meshop._pyg import Data
+from meshop.data import make_loader, set_query_points
+from meshop.models.registry import build_model
+from meshop.train import load_model
+from meshop.train.demo import QUICK, DemoSettings, points_in_mesh, run_demo
+
+TINY = DemoSettings(
+    num_train=4,
+    num_test=3,
+    max_area=8e-3,
+    epochs=2,
+    batch_size=2,
+    lr=2e-3,
+    eval_every=1,
+    latent_points=16,
+    pit=dict(width=8, heads=1, blocks=1, encoder_k=4, decoder_k=4),
+    mlp=dict(hidden_channels=8, num_layers=2),
+    vtu_samples=2,
+    new_points=7,
+)
+
+
+def test_the_demo_settings_are_those_of_its_recorded_run():
+    """The defaults are the run that benchmarks/results/demo.json records (and the README shows):
+    its sizes, epochs and both models' parameter counts."""
+    with open("benchmarks/results/demo.json") as f:
+        recorded = json.load(f)
+    s = DemoSettings()
+    assert recorded["settings"] == {"num_train": s.num_train, "num_test": s.num_test, "epochs": 40}
+    assert s.epochs == 40
+    for name, kwargs in (("pit", s.pit), ("mlp", s.mlp)):
+        model = build_model(name, in_channels=2, out_channels=1, pos_dim=2, **kwargs)
+        assert sum(p.numel() for p in model.parameters()) == recorded["results"][name]["parameters"]
+    assert (s.max_area, s.batch_size, s.lr, s.eval_every, s.latent_points) == (
+        8e-4,
+        2,
+        5e-3,
+        4,
+        256,
+    )
+    assert (s.vtu_samples, s.new_points) == (4, 2000)
+    assert s.pit["weighted"] is False  # the papers' unweighted attention
+    assert (QUICK.num_train, QUICK.num_test, QUICK.epochs, QUICK.new_points) == (8, 4, 2, 50)
+
+
+def square_mesh():
+    """The unit square as two triangles, and a thin extra triangle of area 1/100 beside it."""
+    pos = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [2.0, 0.0], [2.0, 0.02]])
+    face = torch.tensor([[0, 1, 2], [0, 2, 3], [1, 4, 5]]).T
+    return Data(pos=pos, face=face)
+
+
+def test_points_in_mesh_are_uniform_in_the_domain_and_seeded():
+    mesh = square_mesh()
+    points = points_in_mesh(mesh, 20000, seed=3)
+    assert points.shape == (20000, 2) and points.dtype == np.float64
+    in_square = (points >= 0).all(1) & (points <= 1).all(1)
+    corners = mesh.pos[mesh.face.T].double().numpy()[2]
+    # barycentric coordinates in the thin triangle
+    e = corners[1:] - corners[:1]
+    lam = np.linalg.solve(e.T, (points - corners[0]).T).T
+    in_thin = (lam >= -1e-12).all(1) & (lam.sum(1) <= 1 + 1e-12)
+    assert (in_square | in_thin).all()
+    # a triangle is drawn with probability proportional to its area: 1 : 1 : 0.01 of 2.01
+    assert in_thin.mean() == pytest.approx(0.01 / 1.01, abs=0.003)
+    lower = in_square & (points[:, 1] <= points[:, 0])  # the first triangle of the square
+    assert lower.mean() == pytest.approx(0.5 / 1.01, abs=0.015)
+    # uniform within a triangle: the mean of the square's points is its centre
+    np.testing.assert_allclose(points[in_square].mean(0), [0.5, 0.5], atol=0.01)
+    np.testing.assert_array_equal(
+        points_in_mesh(mesh, 50, seed=3), points_in_mesh(mesh, 50, seed=3)
+    )
+    assert not np.array_equal(points_in_mesh(mesh, 50, seed=3), points_in_mesh(mesh, 50, seed=4))
+    np.testing.assert_array_equal(points_in_mesh(mesh, 50), points_in_mesh(mesh, 50, seed=0))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demo")
+    lines = []
+    summary = run_demo(
+        str(root / "out"),
+        data_dir=str(root / "data"),
+        epochs=1,
+        progress=False,
+        log=lines.append,
+        settings=TINY,
+    )
+    return root, summary, lines
+
+
+def test_the_demo_summary_and_log_report_both_models(demo):
+    root, summary, lines = demo
+    out = root / "out"
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert (out / "summary.json").read_text().startswith('{\n  "settings": {\n    "num_train": 4')
+    assert summary["settings"] == {"num_train": 4, "num_test": 3, "epochs": 1}  # epochs given
+    assert 0 < summary["data_seconds"] < summary["total_seconds"]
+    assert list(summary["results"]) == ["pit", "mlp"]
+    for name in ("pit", "mlp"):
+        model, ckpt = load_model(out / name)
+        r = summary["results"][name]
+        assert r["parameters"] == sum(p.numel() for p in model.parameters())
+        assert ckpt["epoch"] == 1
+        assert r["test_rel_l2"] == ckpt["history"][-1]["test_rel_l2"]
+        assert r["test_rel_l2_median"] == ckpt["history"][-1]["test_rel_l2_median"]
+        assert 0 < r["train_seconds"] < summary["total_seconds"]
+    pit, mlp = summary["results"]["pit"], summary["results"]["mlp"]
+    assert lines[:2] == [
+        "Elasticity: 4 train / 3 test samples (generated once, then cached)",
+        f"training pit ({pit['parameters']:,} parameters) for 1 epochs",
+    ]
+    assert lines[2] == f"training mlp ({mlp['parameters']:,} parameters) for 1 epochs"
+    assert lines[3:5] == ["", "model  parameters  test rel. L2   median  train time"]
+    for line, (name, r) in zip(lines[5:7], summary["results"].items()):
+        assert line == (
+            f"{name:<6} {r['parameters']:>10,} {r['test_rel_l2']:>13.2%} "
+            f"{r['test_rel_l2_median']:>8.2%} {r['train_seconds']:>10.0f}s"
+        )
+    assert lines[7] == f"total {summary['total_seconds']:.0f}s; results in {out}/"
+    assert len(lines) == 8
+
+
+def test_the_demo_trains_both_models_with_the_settings_and_the_data_they_name(demo):
+    root, _, _ = demo
+    for name, latent in (("pit", TINY.latent_points), ("mlp", None)):
+        _, ckpt = load_model(root / "out" / name)
+        config = ckpt["train_config"]
+        assert (config["epochs"], config["batch_size"], config["lr"]) == (1, 2, 2e-3)
+        assert (config["schedule"], config["clip"], config["eval_every"]) == ("cosine", 1.0, 1)
+        assert config["latent_points"] == latent
+        assert ckpt["data"]["dataset"] == "elasticity"
+        assert ckpt["data"]["dataset_args"] == {"num_train": 4, "num_test": 3, "max_area": 8e-3}
+        assert ckpt["data"]["data_dir"] == str(root / "data")
+        assert ckpt["data"]["target_names"] == ["von_mises"] and ckpt["data"]["input_names"] == []
+    pit, _ = load_model(root / "out" / "pit")
+    assert pit.config["width"] == 8 and pit.config["weighted"] is True  # the TINY settings
+    mlp, _ = load_model(root / "out" / "mlp")
+    assert mlp.config["hidden_channels"] == 8
+
+
+def test_the_demo_writes_test_meshes_with_targets_predictions_and_errors(demo):
+    from meshop.datasets.elasticity import Elasticity
+    from meshop.train.inference import latent_of
+
+    root, _, _ = demo
+    out = root / "out"
+    test_set = Elasticity(str(root / "data"), "test", 4, 3, max_area=8e-3, progress=False)
+    files = sorted(p.name for p in (out / "test_samples").iterdir())
+    assert files == ["sample_000.vtu", "sample_001.vtu"]
+    models = {name: load_model(out / name) for name in ("pit", "mlp")}
+    for i in range(2):
+        mesh = meshio.read(out / "test_samples" / f"sample_{i:03d}.vtu")
+        data = test_set[i]
+        np.testing.assert_allclose(mesh.points[:, :2], data.pos.numpy(), rtol=1e-6)
+        target = data.y[:, 0].numpy()
+        np.testing.assert_allclose(mesh.point_data["von_mises"], target, rtol=1e-6)
+        for name, (model, ckpt) in models.items():
+            with torch.no_grad():
+                batch = next(iter(make_loader([latent_of(ckpt)(data)], 1)))
+                pred = model.eval()(batch)[:, 0].numpy()
+            np.testing.assert_allclose(mesh.point_data[f"{name}_prediction"], pred, atol=1e-5)
+            np.testing.assert_allclose(mesh.point_data[f"{name}_error"], pred - target, atol=1e-5)
+    figures = sorted(p.name for p in (out / "figures").iterdir())
+    assert figures == ["loss_mlp.png", "loss_pit.png", "test_000_pit.png", "test_001_pit.png"]
+
+
+def test_the_demo_predicts_at_new_points_of_a_test_mesh(demo):
+    from meshop.datasets.elasticity import Elasticity
+    from meshop.train.inference import latent_of
+
+    root, _, _ = demo
+    out = root / "out"
+    sample = Elasticity(str(root / "data"), "test", 4, 3, max_area=8e-3, progress=False)[0]
+    with open(out / "new_points.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["x", "y", "von_mises"] and len(rows) == 1 + TINY.new_points
+    table = np.array(rows[1:], dtype=np.float64)
+    points = points_in_mesh(sample, TINY.new_points)
+    np.testing.assert_allclose(table[:, :2], points, rtol=1e-6)
+    model, ckpt = load_model(out / "pit")
+    data = sample.clone()
+    del data.y
+    set_query_points(data, points)
+    with torch.no_grad():
+        pred = model.eval()(latent_of(ckpt)(data))[:, 0].numpy()
+    np.testing.assert_allclose(table[:, 2], pred, rtol=1e-5, atol=1e-6)
+    assert not np.isin(points, sample.pos.numpy()).all(1).any()  # no node of the mesh
+    mesh = meshio.read(out / "new_points.vtu")
+    np.testing.assert_allclose(mesh.points[:, :2], points, rtol=1e-6)
+    np.testing.assert_allclose(mesh.point_data["von_mises"], pred, rtol=1e-5, atol=1e-6)
