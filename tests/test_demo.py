@@ -12,6 +12,7 @@ import torch
 from meshop._pyg import Data
 from meshop.data import make_loader, set_query_points
 from meshop.models.registry import build_model
+from meshop.train import demo as D
 from meshop.train import load_model
 from meshop.train.demo import QUICK, DemoSettings, points_in_mesh, run_demo
 
@@ -89,19 +90,53 @@ def test_points_in_mesh_are_uniform_in_the_domain_and_seeded():
 def demo(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
     lines = []
-    summary = run_demo(
-        str(root / "out"),
-        data_dir=str(root / "data"),
-        epochs=1,
-        progress=False,
-        log=lines.append,
-        settings=TINY,
-    )
-    return root, summary, lines
+    titles = {}
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("plot_loss_curve", "plot_sample"):
+            real = getattr(D, name)
+
+            def spy(*args, real=real, title=None, **kwargs):
+                titles[args[-1].name] = title
+                return real(*args, title=title, **kwargs)
+
+            patch.setattr(D, name, spy)
+        summary = run_demo(
+            str(root / "out"),
+            data_dir=str(root / "data"),
+            epochs=1,
+            progress=False,
+            log=lines.append,
+            settings=TINY,
+        )
+    return root, summary, lines, titles
+
+
+class Generated(Exception):
+    """Raised by a stand-in dataset, to see what the demo asked for without training."""
+
+
+def test_the_demo_asks_for_its_own_sizes_quick_ones_or_the_given_ones(monkeypatch, tmp_path):
+    from meshop.datasets import elasticity
+
+    asked = []
+
+    def dataset(data_dir, split, num_train, num_test, max_area, progress):
+        asked.append((data_dir, split, num_train, num_test, max_area, progress))
+        raise Generated
+
+    monkeypatch.setattr(elasticity, "Elasticity", dataset)
+    for kwargs, s in (({}, DemoSettings()), ({"quick": True}, QUICK), ({"settings": TINY}, TINY)):
+        asked.clear()
+        with pytest.raises(Generated):
+            run_demo(str(tmp_path / "out"), data_dir="here", log=lambda *_: None, **kwargs)
+        assert asked == [("here", "train", s.num_train, s.num_test, s.max_area, True)]
+    with pytest.raises(Generated):
+        run_demo(str(tmp_path / "out"), progress=False, log=lambda *_: None)
+    assert asked[-1] == (None, "train", 500, 100, 8e-4, False)
 
 
 def test_the_demo_summary_and_log_report_both_models(demo):
-    root, summary, lines = demo
+    root, summary, lines, _ = demo
     out = root / "out"
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
     assert (out / "summary.json").read_text().startswith('{\n  "settings": {\n    "num_train": 4')
@@ -133,7 +168,7 @@ def test_the_demo_summary_and_log_report_both_models(demo):
 
 
 def test_the_demo_trains_both_models_with_the_settings_and_the_data_they_name(demo):
-    root, _, _ = demo
+    root, _, _, _ = demo
     for name, latent in (("pit", TINY.latent_points), ("mlp", None)):
         _, ckpt = load_model(root / "out" / name)
         config = ckpt["train_config"]
@@ -154,7 +189,7 @@ def test_the_demo_writes_test_meshes_with_targets_predictions_and_errors(demo):
     from meshop.datasets.elasticity import Elasticity
     from meshop.train.inference import latent_of
 
-    root, _, _ = demo
+    root, _, _, _ = demo
     out = root / "out"
     test_set = Elasticity(str(root / "data"), "test", 4, 3, max_area=8e-3, progress=False)
     files = sorted(p.name for p in (out / "test_samples").iterdir())
@@ -174,13 +209,22 @@ def test_the_demo_writes_test_meshes_with_targets_predictions_and_errors(demo):
             np.testing.assert_allclose(mesh.point_data[f"{name}_error"], pred - target, atol=1e-5)
     figures = sorted(p.name for p in (out / "figures").iterdir())
     assert figures == ["loss_mlp.png", "loss_pit.png", "test_000_pit.png", "test_001_pit.png"]
+    titles = demo[3]
+    assert titles["loss_pit.png"] == "pit" and titles["loss_mlp.png"] == "mlp"
+    model, ckpt = models["pit"]
+    for i in range(2):
+        data = test_set[i]
+        with torch.no_grad():
+            pred = model(next(iter(make_loader([latent_of(ckpt)(data)], 1))))
+        err = float(torch.linalg.vector_norm(pred - data.y) / torch.linalg.vector_norm(data.y))
+        assert titles[f"test_{i:03d}_pit.png"] == f"PiT, test sample {i}: relative L2 {err:.2%}"
 
 
 def test_the_demo_predicts_at_new_points_of_a_test_mesh(demo):
     from meshop.datasets.elasticity import Elasticity
     from meshop.train.inference import latent_of
 
-    root, _, _ = demo
+    root, _, _, _ = demo
     out = root / "out"
     sample = Elasticity(str(root / "data"), "test", 4, 3, max_area=8e-3, progress=False)[0]
     with open(out / "new_points.csv") as f:
