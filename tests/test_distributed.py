@@ -18,6 +18,7 @@ def test_one_process_without_torchrun(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     ctx = D.setup("cpu")
     assert ctx == D.DistContext(0, 1, 0, torch.device("cpu"))
+    assert D.setup() == D.DistContext(0, 1, 0, D.resolve_device("auto"))  # "auto" by default
     assert ctx.is_main and not ctx.distributed and not dist.is_initialized()
     values = [1.5, 2.0]
     summed = D.all_reduce_sum(values, ctx)
@@ -66,6 +67,8 @@ def _worker(rank: int, port: int, results):
         "ctx": (ctx.rank, ctx.world_size, ctx.local_rank, ctx.distributed, ctx.is_main),
         "again": again == ctx,
         "sum": D.all_reduce_sum([float(rank), 1.0, 0.25], ctx),
+        # summed in float64: 1e8 + 1 has no float32 (whose spacing there is 8)
+        "sum64": D.all_reduce_sum([1e8 + 1.0 if rank == 0 else 1e8, 0.1], ctx),
         "gather": D.all_gather_objects({"rank": rank}, ctx),
         "broadcast": D.broadcast_object(f"from {rank}", ctx),
     }
@@ -85,5 +88,6 @@ def test_two_gloo_processes_reduce_gather_and_broadcast():
         assert r["ctx"] == (rank, 2, rank, True, rank == 0)
         assert r["again"] and r["left"]
         assert r["sum"] == [1.0, 2.0, 0.5]
+        assert r["sum64"] == [200_000_001.0, 0.2]
         assert r["gather"] == [{"rank": 0}, {"rank": 1}]
         assert r["broadcast"] == "from 0"
