@@ -3,6 +3,7 @@ writes (summary, log, test meshes with their fields, predictions at new points, 
 
 import csv
 import json
+import time
 
 import meshio
 import numpy as np
@@ -23,7 +24,7 @@ TINY = DemoSettings(
     epochs=2,
     batch_size=2,
     lr=2e-3,
-    eval_every=1,
+    eval_every=2,
     latent_points=16,
     pit=dict(width=8, heads=1, blocks=1, encoder_k=4, decoder_k=4),
     mlp=dict(hidden_channels=8, num_layers=2),
@@ -55,30 +56,39 @@ def test_the_demo_settings_are_those_of_its_recorded_run():
     assert (QUICK.num_train, QUICK.num_test, QUICK.epochs, QUICK.new_points) == (8, 4, 2, 50)
 
 
+ANGLE = 0.5  # radians: a rotated mesh, so that no edge lies along an axis
+
+
 def square_mesh():
-    """The unit square as two triangles, and a thin extra triangle of area 1/100 beside it."""
+    """The unit square as two triangles and a thin triangle of area 1/100 beside it, rotated."""
     pos = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [2.0, 0.0], [2.0, 0.02]])
+    c, s = np.cos(ANGLE), np.sin(ANGLE)
+    rotation = torch.tensor([[c, -s], [s, c]], dtype=torch.float32)
     face = torch.tensor([[0, 1, 2], [0, 2, 3], [1, 4, 5]]).T
-    return Data(pos=pos, face=face)
+    return Data(pos=pos @ rotation.T, face=face)
+
+
+def barycentric_inside(points, corners):
+    """Which points lie in the triangle ``corners`` [3, 2] (closed, to rounding)."""
+    e = corners[1:] - corners[:1]
+    lam = np.linalg.solve(e.T, (points - corners[0]).T).T
+    return (lam >= -1e-9).all(1) & (lam.sum(1) <= 1 + 1e-9)
 
 
 def test_points_in_mesh_are_uniform_in_the_domain_and_seeded():
     mesh = square_mesh()
     points = points_in_mesh(mesh, 20000, seed=3)
     assert points.shape == (20000, 2) and points.dtype == np.float64
-    in_square = (points >= 0).all(1) & (points <= 1).all(1)
-    corners = mesh.pos[mesh.face.T].double().numpy()[2]
-    # barycentric coordinates in the thin triangle
-    e = corners[1:] - corners[:1]
-    lam = np.linalg.solve(e.T, (points - corners[0]).T).T
-    in_thin = (lam >= -1e-12).all(1) & (lam.sum(1) <= 1 + 1e-12)
-    assert (in_square | in_thin).all()
-    # a triangle is drawn with probability proportional to its area: 1 : 1 : 0.01 of 2.01
-    assert in_thin.mean() == pytest.approx(0.01 / 1.01, abs=0.003)
-    lower = in_square & (points[:, 1] <= points[:, 0])  # the first triangle of the square
-    assert lower.mean() == pytest.approx(0.5 / 1.01, abs=0.015)
-    # uniform within a triangle: the mean of the square's points is its centre
-    np.testing.assert_allclose(points[in_square].mean(0), [0.5, 0.5], atol=0.01)
+    corners = mesh.pos[mesh.face.T].double().numpy()  # [3 triangles, 3, 2]
+    inside = np.stack([barycentric_inside(points, tri) for tri in corners])
+    assert inside.any(0).all()
+    # a triangle is drawn with probability proportional to its area: 0.5 : 0.5 : 0.01 of 1.01
+    fractions = inside.mean(1)
+    np.testing.assert_allclose(fractions, [0.5 / 1.01, 0.5 / 1.01, 0.01 / 1.01], atol=0.012)
+    assert fractions[2] == pytest.approx(0.01 / 1.01, abs=0.003)
+    # uniform within a triangle: the mean of its points is its centroid
+    for i in range(3):
+        np.testing.assert_allclose(points[inside[i]].mean(0), corners[i].mean(0), atol=0.012)
     np.testing.assert_array_equal(
         points_in_mesh(mesh, 50, seed=3), points_in_mesh(mesh, 50, seed=3)
     )
@@ -91,6 +101,7 @@ def demo(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
     lines = []
     titles = {}
+    start = time.perf_counter()
     with pytest.MonkeyPatch.context() as patch:
         for name in ("plot_loss_curve", "plot_sample"):
             real = getattr(D, name)
@@ -108,6 +119,7 @@ def demo(tmp_path_factory):
             log=lines.append,
             settings=TINY,
         )
+    summary["measured_seconds"] = time.perf_counter() - start
     return root, summary, lines, titles
 
 
@@ -138,7 +150,9 @@ def test_the_demo_asks_for_its_own_sizes_quick_ones_or_the_given_ones(monkeypatc
 def test_the_demo_summary_and_log_report_both_models(demo):
     root, summary, lines, _ = demo
     out = root / "out"
+    summary = {key: value for key, value in summary.items() if key != "measured_seconds"}
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert summary["total_seconds"] <= demo[1]["measured_seconds"]
     assert (out / "summary.json").read_text().startswith('{\n  "settings": {\n    "num_train": 4')
     assert summary["settings"] == {"num_train": 4, "num_test": 3, "epochs": 1}  # epochs given
     assert 0 < summary["data_seconds"] < summary["total_seconds"]
@@ -170,10 +184,12 @@ def test_the_demo_summary_and_log_report_both_models(demo):
 def test_the_demo_trains_both_models_with_the_settings_and_the_data_they_name(demo):
     root, _, _, _ = demo
     for name, latent in (("pit", TINY.latent_points), ("mlp", None)):
-        _, ckpt = load_model(root / "out" / name)
+        model, ckpt = load_model(root / "out" / name)
         config = ckpt["train_config"]
         assert (config["epochs"], config["batch_size"], config["lr"]) == (1, 2, 2e-3)
-        assert (config["schedule"], config["clip"], config["eval_every"]) == ("cosine", 1.0, 1)
+        assert (config["schedule"], config["clip"], config["eval_every"]) == ("cosine", 1.0, 2)
+        assert config["progress"] is False  # as given
+        assert (model.config["in_channels"], model.config["out_channels"]) == (2, 1)
         assert config["latent_points"] == latent
         assert ckpt["data"]["dataset"] == "elasticity"
         assert ckpt["data"]["dataset_args"] == {"num_train": 4, "num_test": 3, "max_area": 8e-3}
