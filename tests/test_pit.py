@@ -164,3 +164,56 @@ def test_fits_a_simple_operator_on_irregular_point_clouds():
             total += loss.item() / len(loader)
         epoch_losses.append(total)
     assert epoch_losses[-1] < epoch_losses[0] / 3, epoch_losses
+
+
+def test_pit_block_defaults_and_lambda_param_reach_every_attention():
+    """PiTBlock's defaults (2 heads, the paper's tan parameterisation); PiT's lambda_param and
+    weighting reach the encoder, decoder and every block."""
+    from meshop.models.pit import PiTBlock
+
+    block = PiTBlock(8)
+    assert (block.attn.heads, block.attn.lambda_param) == (2, "tan")
+    model = PiT(3, 1, 2, width=8, blocks=2, decoder_blocks=1, lambda_param="softplus")
+    layers = [model.encoder, model.decoder]
+    layers += [b.attn for b in [*model.processor, *model.decoder_processor]]
+    assert [layer.lambda_param for layer in layers] == ["softplus"] * 5
+    assert PiT(3, 1, 2).weighted is True  # quadrature weights by default
+
+
+def test_a_field_given_twice_names_the_stage():
+    with pytest.raises(ConfigError) as error:
+        PiT(3, 1, 2, encoder_k=3, encoder_radius=0.1)
+    assert str(error.value) == (
+        "give the encoder one receptive field: encoder_quantile, encoder_k or encoder_radius "
+        "(got {'k': 3, 'radius': 0.1})"
+    )
+
+
+def test_pit_weights_of_the_three_node_sets():
+    from meshop.models.pit import pit_weights
+
+    torch.manual_seed(0)
+    data = from_points(torch.rand(30, 2), x=torch.rand(30), y=torch.rand(30))
+    data.weight = torch.rand(30) + 0.5
+    weight, latent, query = pit_weights(data)
+    assert weight is data.weight and latent is data.weight and query is data.weight
+    add_latent_mesh(data, 8)
+    data.query_pos = torch.rand(5, 2)
+    weight, latent, query = pit_weights(data)
+    assert query is None and latent.shape == (8,)
+    torch.testing.assert_close(latent.sum(), data.weight.sum())  # lumped, nothing lost
+    del data.weight
+    assert pit_weights(data) == (None, None, None)
+
+
+def test_the_decoder_blocks_weight_the_query_nodes_of_the_mesh():
+    """Without query points the decoder's blocks attend over the mesh with its weights."""
+    torch.manual_seed(0)
+    model = PiT(3, 1, 2, width=8, blocks=1, decoder_blocks=2)
+    data = from_points(torch.rand(30, 2), x=torch.rand(30), y=torch.rand(30))
+    data.weight = torch.rand(30) + 0.5
+    seen = []
+    for block in model.decoder_processor:
+        block.register_forward_pre_hook(lambda module, args: seen.append(args[3]))
+    model(next(iter(make_loader([data], 1))))
+    assert len(seen) == 2 and all(torch.equal(w, data.weight) for w in seen)
