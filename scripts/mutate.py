@@ -275,6 +275,28 @@ def run_target(name: str, max_children: int, time_limit: float | None = None) ->
     return {"target": name, "module": module, "seconds": seconds, "counts": counts}
 
 
+def _indented(diff: str, indent: str) -> str:
+    """``diff`` with every line of its hunks (context, removed, added) indented by ``indent``."""
+    lines = []
+    for line in diff.splitlines(keepends=True):
+        if line[:1] in (" ", "-", "+") and not line.startswith(("---", "+++")) and line.strip():
+            line = line[0] + indent + line[1:]
+        lines.append(line)
+    return "".join(lines)
+
+
+def _apply(dest: Path, diff: str) -> bool:
+    """Whether ``patch`` placed ``diff`` in the tree at ``dest`` (rejects are dropped)."""
+    applied = subprocess.run(
+        ["patch", "-p0", "--forward", "--no-backup-if-mismatch", "--reject-file=-", "-s"],
+        cwd=dest,
+        input=diff,
+        text=True,
+        capture_output=True,
+    )
+    return bool(diff) and applied.returncode == 0
+
+
 def verify_survivors(name: str) -> dict[str, list[str]]:
     """Apply every survivor of target ``name``'s last run to a clean copy of the working tree, one
     at a time, and run the target's test files on it: ``{"killed": [...], "survived": [...],
@@ -292,14 +314,12 @@ def verify_survivors(name: str) -> dict[str, list[str]]:
     for mutant in survivors:
         diff = mutmut(runs, "show", mutant).stdout
         diff = diff[diff.index("---") :] if "---" in diff else ""
-        applied = subprocess.run(
-            ["patch", "-p0", "--forward", "--no-backup-if-mismatch", "--reject-file=-", "-s"],
-            cwd=dest,
-            input=diff,
-            text=True,
-            capture_output=True,
-        )
-        if not diff or applied.returncode != 0 or (dest / module).read_bytes() == original:
+        # a method's diff is shown dedented: placed as it is, else indented by one class level
+        for indent in ("", "    "):
+            if _apply(dest, _indented(diff, indent)) and (dest / module).read_bytes() != original:
+                break
+            (dest / module).write_bytes(original)
+        if not diff or (dest / module).read_bytes() == original:
             verdicts["not applied"].append(mutant)
         else:
             tested = subprocess.run(

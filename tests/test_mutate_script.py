@@ -9,8 +9,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 mutate = importlib.import_module("mutate")
 
-MODULE = "def add(a, b):\n    return a + b  # the sum\n\n\ndef unused():\n    return 1\n"
-TEST = "from pkg.tiny import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+MODULE = (
+    "def add(a, b):\n    return a + b  # the sum\n\n\ndef unused():\n    return 1\n\n\n"
+    "class K:\n    def twice(self, a):\n\n        return 2 * a\n"
+)
+TEST = (
+    "from pkg.tiny import K, add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+    "def test_twice():\n    assert K().twice(2) == 4\n"
+)
 
 
 def diff(old: str, new: str) -> str:
@@ -23,6 +29,9 @@ DIFFS = {
     "killed_one": diff("add(a, b):", SUM + "+    return a - b  # the sum\n"),
     "equivalent": diff("add(a, b):", SUM + "+    return b + a  # the sum\n"),
     "elsewhere": diff("gone(a):", "-    return a\n+    return -a\n"),
+    # a method as mutmut shows it: dedented to the top level (with a blank line in its body)
+    "method": "--- pkg/tiny.py\n+++ pkg/tiny.py\n@@ -1,3 +1,3 @@\n def twice(self, a):\n \n"
+    "-    return 2 * a\n+    return 3 * a\n",
 }
 
 
@@ -49,14 +58,14 @@ def test_verify_applies_each_survivor_runs_the_tests_and_restores_the_module(
     monkeypatch.setattr(mutate, "mutmut", show)
     verdicts = mutate.verify_survivors("tiny")
     assert verdicts == {
-        "killed": ["killed_one"],
+        "killed": ["killed_one", "method"],
         "survived": ["equivalent"],
         "not applied": ["elsewhere"],
     }
     assert (tmp_path / "work" / "tiny-verify" / "pkg" / "tiny.py").read_text() == MODULE
     assert (repo / "pkg" / "tiny.py").read_text() == MODULE  # the checkout is left alone
     out = capsys.readouterr().out
-    assert "3 survivors applied to the source" in out
+    assert "4 survivors applied to the source" in out
     assert "survived: equivalent" in out and "not applied: elsewhere" in out
 
 
