@@ -217,3 +217,11 @@ def test_the_decoder_blocks_weight_the_query_nodes_of_the_mesh():
         block.register_forward_pre_hook(lambda module, args: seen.append(args[3]))
     model(next(iter(make_loader([data], 1))))
     assert len(seen) == 2 and all(torch.equal(w, data.weight) for w in seen)
+
+
+def test_repr_names_the_configuration():
+    model = PiT(3, 1, 2, width=8, heads=4, blocks=1)
+    assert (
+        model.extra_repr() == "in_channels=3, out_channels=1, pos_dim=2, width=8, heads=4, blocks=1"
+    )
+    assert repr(model).startswith("PiT(\n  in_channels=3, out_channels=1")
