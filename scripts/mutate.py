@@ -96,7 +96,8 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         "meshop/models/registry.py",
         ["tests/test_train_registry.py", "tests/test_registry_errors.py"],
     ),
-    "ono": ("meshop/models/ono.py", ["tests/test_ono.py"]),
+    # the ONO2 options (the authors' model) are tested against the reference in test_speed_paths
+    "ono": ("meshop/models/ono.py", ["tests/test_ono.py", "tests/test_speed_paths.py"]),
     "config": (
         "meshop/train/config.py",
         [
