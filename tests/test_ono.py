@@ -312,3 +312,19 @@ def test_solution_block_and_ono_defaults_and_options_reach_the_attention():
     assert FeatureBlock(6, 2, heads=2, dropout=0.25).attn.dropout == 0.25
     config = ONO(3, 1, 2).config
     assert (config["width"], config["layers"], config["k"], config["heads"]) == (128, 8, 8, 8)
+
+
+ONO_SIZES = ("in_channels", "out_channels", "pos_dim", "width", "layers", "mlp_ratio")
+
+
+@pytest.mark.parametrize("zero", ONO_SIZES)
+def test_every_size_must_be_positive_and_one_layer_is_enough(zero):
+    sizes = dict(in_channels=3, out_channels=1, pos_dim=2, width=8, layers=1, mlp_ratio=1)
+    ONO(**sizes, heads=1, k=4)  # the smallest valid model
+    with pytest.raises(ConfigError) as error:
+        ONO(**{**sizes, zero: 0}, heads=1, k=4)
+    got = ", ".join(str(0 if name == zero else sizes[name]) for name in ONO_SIZES)
+    assert str(error.value) == (
+        "in_channels, out_channels, pos_dim, width, layers and mlp_ratio must be positive; "
+        f"got {got}"
+    )
