@@ -244,16 +244,16 @@ def test_repr_names_the_configuration():
     )
 
 
-SIZES = ("in_channels", "out_channels", "pos_dim", "width", "layers", "slices", "mlp_ratio")
+SIZE_NAMES = ("in_channels", "out_channels", "pos_dim", "width", "layers", "slices", "mlp_ratio")
 
 
-@pytest.mark.parametrize("zero", SIZES)
+@pytest.mark.parametrize("zero", SIZE_NAMES)
 def test_every_size_must_be_positive_and_one_head_is_enough(zero):
     sizes = dict(in_channels=3, out_channels=1, pos_dim=2, width=8, layers=1, slices=4, mlp_ratio=1)
     Transolver(**sizes, heads=1)  # the smallest valid model
     with pytest.raises(ConfigError) as error:
         Transolver(**{**sizes, zero: 0}, heads=1)
-    got = ", ".join(str(0 if name == zero else sizes[name]) for name in SIZES)
+    got = ", ".join(str(0 if name == zero else sizes[name]) for name in SIZE_NAMES)
     assert str(error.value) == (
         "in_channels, out_channels, pos_dim, width, layers, slices and mlp_ratio must be "
         f"positive; got {got}"
