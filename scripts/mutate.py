@@ -320,7 +320,7 @@ def verify_survivors(name: str) -> dict[str, list[str]]:
             if _apply(dest, _indented(diff, indent)) and (dest / module).read_bytes() != original:
                 break
             (dest / module).write_bytes(original)
-        if not diff or (dest / module).read_bytes() == original:
+        if (dest / module).read_bytes() == original:  # no diff, or none that patch placed
             verdicts["not applied"].append(mutant)
         else:
             tested = subprocess.run(

@@ -111,7 +111,8 @@ class LocalPositionAttention(PositionKernel):
         self.field = given
         self.max_num_neighbors = max_num_neighbors
         self.cache_bytes = int(cache_mb * 2**20)
-        self._cache: OrderedDict[bytes, tuple[Tensor, Tensor, Tensor]] = OrderedDict()
+        # key -> (local edges, their distances, their order by source or None until needed)
+        self._cache: OrderedDict[bytes, tuple[Tensor, Tensor, Tensor | None]] = OrderedDict()
         self._cached_bytes = 0
         super().__init__(in_channels, out_channels, heads, lambda_param, periodic)
 
@@ -177,7 +178,7 @@ class LocalPositionAttention(PositionKernel):
             self._cache.move_to_end(key)
             local, local_dist, local_order = self._cache[key]
             if local_order is None and torch.is_grad_enabled():
-                local_order = torch.argsort(local[1], stable=True).to(local.dtype)
+                local_order = _source_order(local)
                 self._cache[key] = (local, local_dist, local_order)
             index.append(local.long() + local.new_tensor([[dst.start], [src.start]]).long())
             dist.append(local_dist.detach())
@@ -203,9 +204,8 @@ class LocalPositionAttention(PositionKernel):
             size = _entry_bytes(key, local, dist)
             if size > self.cache_bytes:
                 continue
-            order = None  # sorted when a step with autograd (whose backward needs it) asks
-            if torch.is_grad_enabled():
-                order = torch.argsort(local[1], stable=True).to(local.dtype)
+            # sorted when a step with autograd (whose backward needs it) asks
+            order = _source_order(local) if torch.is_grad_enabled() else None
             entry = (local, dist[lo:hi].detach().clone(), order)
             while self._cached_bytes + size > self.cache_bytes:
                 old_key, (old, old_dist, _) = self._cache.popitem(last=False)
@@ -309,6 +309,12 @@ def _key(pos_src: Tensor, pos_dst: Tensor) -> bytes:
         header = f"{pos.dtype}{tuple(pos.shape)}".encode()
         parts += [header, pos.view(-1).view(torch.uint8).numpy().tobytes()]
     return b"|".join(parts)
+
+
+def _source_order(local: Tensor) -> Tensor:
+    """The order of a sample's edges (sorted by target, then source) by source, then target: the
+    transpose in CSR order, in the edges' own index dtype."""
+    return torch.argsort(local[1], stable=True).to(local.dtype)
 
 
 def _entry_bytes(key: bytes, local: Tensor, dist: Tensor) -> int:
