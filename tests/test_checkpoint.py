@@ -90,3 +90,45 @@ def test_a_checkpoint_from_a_newer_format_asks_for_an_update(tmp_path):
     torch.save({"format": checkpoint.FORMAT, "version": checkpoint.VERSION + 1}, path)
     with pytest.raises(MeshReadError, match=r"has format version 2; this meshop reads up to 1"):
         checkpoint.load(path)
+
+
+def test_load_records_the_file_it_read(tmp_path):
+    checkpoint.save_atomic({"format": checkpoint.FORMAT, "w": torch.ones(2)}, tmp_path / "c.pt")
+    assert checkpoint.load(tmp_path / "c.pt")["path"] == str(tmp_path / "c.pt")
+    checkpoint.save_atomic({"format": checkpoint.FORMAT}, tmp_path / checkpoint.CHECKPOINT_NAME)
+    loaded = checkpoint.load(tmp_path)  # a run directory: its checkpoint.pt
+    assert loaded["path"] == str(tmp_path / checkpoint.CHECKPOINT_NAME)
+
+
+class FakeCuda:
+    """``torch.cuda``'s generator calls on a machine with ``available`` GPUs (none here)."""
+
+    def __init__(self, available: bool):
+        self.available, self.restored = available, []
+
+    def is_available(self):
+        return self.available
+
+    def get_rng_state_all(self):
+        if not self.available:
+            raise AssertionError("CUDA generators read on a machine without CUDA")
+        return [torch.arange(4, dtype=torch.uint8), torch.arange(4, 8, dtype=torch.uint8)]
+
+    def set_rng_state_all(self, states):
+        self.restored.append([bytes(s.tolist()) for s in states])
+
+
+def test_the_cuda_generators_are_saved_and_restored_where_cuda_exists(monkeypatch):
+    gpu = FakeCuda(available=True)
+    monkeypatch.setattr(checkpoint.torch, "cuda", gpu)
+    state = checkpoint.rng_state()
+    assert state["cuda"] == [bytes([0, 1, 2, 3]), bytes([4, 5, 6, 7])]
+    checkpoint.set_rng_state(state)
+    assert gpu.restored == [[bytes([0, 1, 2, 3]), bytes([4, 5, 6, 7])]]
+    checkpoint.set_rng_state({**state, "cuda": []})  # saved on a machine without CUDA
+    assert len(gpu.restored) == 1
+    cpu = FakeCuda(available=False)
+    monkeypatch.setattr(checkpoint.torch, "cuda", cpu)
+    assert checkpoint.rng_state()["cuda"] == []
+    checkpoint.set_rng_state(state)  # saved with CUDA, restored without: the CPU states only
+    assert cpu.restored == []

@@ -328,3 +328,95 @@ def test_every_size_must_be_positive_and_one_layer_is_enough(zero):
         "in_channels, out_channels, pos_dim, width, layers and mlp_ratio must be positive; "
         f"got {got}"
     )
+
+
+def test_the_feature_attentions_layer_norms_are_on_by_default_and_can_be_switched_off():
+    from meshop.models.ono import FeatureBlock
+
+    assert FeatureBlock(16, 2).attn.layer_norm is True
+    assert len(FeatureBlock(16, 2).attn.norms) > 0
+    raw = FeatureBlock(16, 2, layer_norm=False).attn
+    assert raw.layer_norm is False and len(raw.norms) == 0
+
+
+def test_a_solution_block_without_hidden_layer_is_one_linear_map():
+    from meshop.models.ono import SolutionBlock
+
+    assert [lin.out_features for lin in SolutionBlock(6, 3, hidden=False).ffn.lins] == [3]
+
+
+def _layout(model):
+    """What the ONO2 options change: per-head layer norms and coordinates of the feature
+    attention, and the hidden widths of each stage's FFN."""
+    return (
+        [(b.attn.layer_norm, len(b.attn.norms) > 0, b.attn.pos_dim) for b in model.feature_blocks],
+        [[lin.out_features for lin in b.ffn.lins] for b in model.solution_blocks],
+    )
+
+
+def test_the_defaults_and_the_authors_ono2_options_build_their_layers():
+    defaults = tiny(mlp_ratio=2)
+    assert _layout(defaults) == ([(True, True, 2)] * 2, [[32, 16], [32, 1]])
+    # the encoder lifts to 2 d and splits into the two streams
+    assert [tuple(lin.weight.shape) for lin in defaults.encoder.lins] == [(32, 3), (32, 32)]
+    ono2 = tiny(
+        mlp_ratio=2, feature_layer_norm=False, feature_coordinates=False, linear_decoder=True
+    )
+    assert _layout(ono2) == ([(False, False, 0)] * 2, [[32, 16], [1]])
+    three = tiny(layers=3, linear_decoder=True)
+    assert _layout(three)[1] == [[16, 16], [16, 16], [1]]
+
+
+def test_the_config_records_every_option_so_a_checkpoint_rebuilds_the_same_model():
+    every = dict(
+        in_channels=3,
+        out_channels=1,
+        pos_dim=2,
+        width=16,
+        layers=2,
+        k=4,
+        heads=2,
+        feature_attention="linear",
+        value_projection=False,
+        orthonormalize="batch",
+        momentum=0.3,
+        inner_product="sum",
+        mlp_ratio=2,
+        dropout=0.1,
+        feature_layer_norm=False,
+        feature_coordinates=False,
+        linear_decoder=True,
+    )
+    model = ONO(**every)
+    assert model.config == every
+    assert _layout(ONO(**model.config)) == _layout(model)
+
+
+def test_forward_runs_both_streams_with_the_samples_quadrature_weights():
+    """Eq. (2)-(6) composed by hand from the blocks: the non-uniform weights of the mesh reach the
+    feature and the solution stream alike."""
+    model = tiny().eval()
+    data = samples()[0]
+    batch = torch.zeros(len(data.pos), dtype=torch.long)
+    g, h = model.encoder(node_features(data)).chunk(2, dim=-1)
+    for feature_block, solution_block in zip(model.feature_blocks, model.solution_blocks):
+        g = feature_block(g, data.pos, batch, data.weight)
+        h = solution_block(h, g, batch, data.weight)
+    # the outputs of the std-0.02 initialisation are about 1e-3: compare relative to them
+    torch.testing.assert_close(model(data), h, rtol=1e-5, atol=1e-9)
+
+
+def test_the_input_channel_error_names_the_model_to_rebuild():
+    data = samples()[0]
+    data.x = torch.cat([data.x, data.x], dim=1)
+    with pytest.raises(ConfigError, match="build ONO with in_channels=4"):
+        tiny()(data)
+
+
+def test_the_linear_weights_are_truncated_normal_with_std_002_and_zero_biases():
+    model = ONO(3, 1, 2, width=64, layers=1, k=4, heads=2)
+    lins = [*model.encoder.lins, *model.feature_blocks[0].ffn.lins]
+    lins += list(model.solution_blocks[0].ffn.lins)
+    weights = torch.cat([lin.weight.flatten() for lin in lins])
+    assert abs(weights.std().item() - 0.02) < 0.002
+    assert all((lin.bias == 0).all() for lin in lins)

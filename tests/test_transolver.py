@@ -259,3 +259,26 @@ def test_every_size_must_be_positive_and_one_head_is_enough(zero):
         f"positive; got {got}"
     )
     assert Transolver(3, 1, 2).config["mlp_ratio"] == 1  # the paper's default
+
+
+def test_the_options_reach_every_block_and_the_config():
+    from meshop.models.transolver import TransolverBlock
+
+    block = TransolverBlock(6, heads=2, slices=3, dropout=0.25)
+    assert (block.attn.heads, block.attn.slices, block.attn.dropout) == (2, 3, 0.25)
+    every = dict(
+        in_channels=3,
+        out_channels=2,
+        pos_dim=2,
+        width=8,
+        layers=2,
+        heads=2,
+        slices=3,
+        mlp_ratio=2,
+        dropout=0.25,
+    )
+    model = Transolver(**every)
+    assert model.config == every
+    assert [(b.attn.slices, b.attn.dropout) for b in model.blocks] == [(3, 0.25)] * 2
+    # the preprocess MLP lifts to 2 d, then to d (the authors' code)
+    assert [tuple(lin.weight.shape) for lin in model.preprocess.lins] == [(16, 3), (8, 16)]
