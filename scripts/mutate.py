@@ -299,14 +299,17 @@ def _apply(dest: Path, diff: str) -> bool:
 
 
 def verify_survivors(name: str) -> dict[str, list[str]]:
-    """Apply every survivor of target ``name``'s last run to a clean copy of the working tree, one
-    at a time, and run the target's test files on it: ``{"killed": [...], "survived": [...],
-    "not applied": [...]}`` (a diff ``patch`` cannot place is "not applied")."""
+    """Apply every survivor (and "no tests" mutant) of target ``name``'s last run to a clean copy
+    of the working tree, one at a time, and run the target's test files on it: ``{"killed":
+    [...], "survived": [...], "not applied": [...]}`` (a diff ``patch`` cannot place is "not
+    applied")."""
     module, tests = TARGETS[name]
     runs = WORK / name
     if not (runs / "mutants").is_dir():
         raise SystemExit(f"no run of target {name!r} to verify: run scripts/mutate.py {name} first")
-    survivors = results(runs).get("survived", [])
+    # "no tests": mutmut found no test of the target reaching the mutant; the whole files may
+    found = results(runs)
+    survivors = [*found.get("survived", []), *found.get("no tests", [])]
     dest = scratch_copy(f"{name}-verify")
     original = (dest / module).read_bytes()
     env = {**_env(), "PYTHONPATH": str(dest)}  # workers and subprocesses import the copy too

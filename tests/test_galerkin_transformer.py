@@ -309,3 +309,172 @@ def test_mesh_path_integrates_with_the_mesh_weights_on_the_input_nodes_only(atte
     out = model(weighted)
     torch.testing.assert_close(out, _mesh_reference(model, weighted, None))
     torch.testing.assert_close(out, model(uniform))
+
+
+def _dropouts(module):
+    return [m.p for m in module.modules() if isinstance(m, torch.nn.Dropout)]
+
+
+def test_every_option_reaches_its_layer_and_is_recorded_in_the_config():
+    assert GalerkinTransformer(3, 1, 2).config["ffn_dropout"] == 0.0
+    options = dict(
+        in_channels=3,
+        out_channels=2,
+        pos_dim=2,
+        attention="fourier",
+        channels=8,
+        heads=2,
+        layers=2,
+        norm="regular",
+        hidden_channels=12,
+        dropout=0.1,
+        ffn_dropout=0.2,
+        eta=0.5,
+        delta=0.25,
+        decoder="spectral",
+        width=6,
+        modes=4,
+        spectral_layers=3,
+        project=False,
+        coarse_shape=(5, 4),
+        grid_shape=(12, 10),
+        grid_dropout=0.3,
+        decoder_dropout=0.4,
+        activation="gelu",
+        path="auto",
+        cross_heads=4,
+        quantile=None,
+        k=3,
+    )
+    model = GalerkinTransformer(**options)
+    assert model.config == options
+    assert model.coarse_shape == (5, 4)
+    for layer in model.encoder:
+        assert layer.hidden_channels == 12 and layer.norm == "regular"
+        assert (layer.attn.dropout, layer.attn.eta, layer.attn.delta) == (0.1, 0.5, 0.25)
+        assert _dropouts(layer.ffn) == [0.2]
+    assert _dropouts(model.down) == [0.3] * len(_dropouts(model.down))
+    assert _dropouts(model.up) == [0.3]
+    regressor = model.regressor
+    assert (len(regressor.convs), regressor.project, regressor.dropout.p) == (3, False, 0.4)
+    assert regressor.activation == "gelu" and model.down.activation == model.up.activation
+    assert model.head.act_name == "gelu"
+    # the mesh path's cross attentions: k neighbours, a quantile, or every node
+    assert all(a.heads == 4 and a.field == {"k": 3} for a in (model.cross_down, model.cross_up))
+    by_quantile = GalerkinTransformer(3, 1, 2, channels=8, quantile=0.25)
+    assert by_quantile.cross_down.field == {"quantile": 0.25}
+    dense = GalerkinTransformer(3, 1, 2, channels=8, cross_heads=4)
+    assert type(dense.cross_down).__name__ == "PositionAttention" and dense.cross_up.heads == 4
+
+
+def test_the_2d_paper_sizes_serve_3d_meshes_which_take_the_mesh_path():
+    model = GalerkinTransformer(4, 1, 3)
+    assert (model.config["channels"], model.config["layers"]) == (128, 6)
+    assert not model.grid and model.regressor is None and model.down is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(path="graph"), "unknown path 'graph'; choose one of ['auto', 'grid', 'mesh']"),
+        (dict(decoder="cnn"), "unknown decoder 'cnn'; choose one of ['spectral', 'ffn']"),
+        (dict(norm="pre"), "unknown norm 'pre'; choose one of ['new', 'regular']"),
+        (
+            dict(activation="elu"),
+            "unknown activation 'elu'; choose one of ['gelu', 'relu', 'silu', 'tanh', 'identity']",
+        ),
+        (dict(pos_dim=0), "pos_dim must be >= 1, got 0"),
+        (
+            dict(quantile=0.1, k=4),
+            "give the cross attention one receptive field: quantile or k",
+        ),
+        (
+            dict(grid_shape=(1, 22)),
+            "grid_shape must give 2 node count(s) of at least 2 (the training grid, "
+            "e.g. (22, 22)); got (1, 22)",
+        ),
+    ],
+)
+def test_configuration_errors_are_whole_sentences(kwargs, message):
+    with pytest.raises(ConfigError) as error:
+        GalerkinTransformer(**{"in_channels": 3, "out_channels": 1, "pos_dim": 2, **kwargs})
+    assert str(error.value).startswith(message)
+
+
+def test_the_smallest_training_grid_has_two_nodes_per_axis():
+    assert tiny(3, 2, grid_shape=2).config["grid_shape"] == (2, 2)
+
+
+def test_data_of_another_dimension_is_named():
+    with pytest.raises(ConfigError) as error:
+        tiny(3, 2)(grids((8,), count=1)[0])
+    assert str(error.value) == "the model was built for 2D coordinates but the data is 1D"
+
+
+def test_project_given_overrides_the_paper_default():
+    assert tiny(3, 2, project=False).regressor.project is False
+    assert tiny(3, 2).regressor.project is True
+
+
+def test_the_1d_grid_path_integrates_with_the_nodes_weights():
+    plain, weighted = grids((16,), count=1)[0], grids((16,), count=1)[0]
+    w = torch.linspace(0.5, 1.5, 16)
+    weighted.weight = w / w.sum()
+    model = tiny(2, 1)
+    with torch.no_grad():
+        plain, weighted = model(plain), model(weighted)
+    assert (plain - weighted).abs().max() > 1e-3 * plain.abs().max()
+
+
+def test_the_2d_grid_path_integrates_uniformly_on_the_coarse_grid():
+    """The CiNN spreads each sample's measure evenly on the coarse grid and the attention
+    normalises the weights per sample, so the nodes' weights change nothing there."""
+    model = tiny(3, 2, coarse_shape=5)
+    plain, weighted = grids((12, 10), count=2), grids((12, 10), count=2)
+    weighted[0].weight = torch.linspace(0.5, 1.5, 120)
+    weighted[1].weight = torch.full((120,), 4 / 120)
+    with torch.no_grad():
+        torch.testing.assert_close(model(make_batch(weighted)), model(make_batch(plain)))
+
+
+def make_batch(data_list):
+    return next(iter(make_loader(data_list, batch_size=len(data_list))))
+
+
+def test_without_a_coarse_shape_the_grid_is_divided_by_three():
+    model = tiny(3, 2)
+    seen = []
+    model.encoder[0].register_forward_hook(lambda module, args, out: seen.append(len(args[0])))
+    with torch.no_grad():
+        model(grids((12, 9), count=1)[0])
+    assert seen == [4 * 3]
+
+
+def test_the_ffn_decoders_up_sampling_stays_on_the_coarse_grid():
+    """The FFN decoder predicts on the coarse grid: its CiNN up block maps the coarse grid to
+    itself (middle grid = coarse grid), whatever grid the model was trained on."""
+    model = tiny(3, 2, decoder="ffn", coarse_shape=5, grid_shape=22)
+    seen = []
+    model.up.register_forward_hook(lambda module, args, out: seen.append((args[0], out)))
+    with torch.no_grad():
+        model(grids((12, 12), count=1)[0])
+        ((h, out),) = seen
+        assert h.shape[2:] == (5, 5)
+        torch.testing.assert_close(out, model.up.conv(h) + h)
+
+
+def test_the_mesh_path_takes_data_without_weights():
+    g = torch.Generator().manual_seed(0)
+    pos, x = torch.rand(20, 2, generator=g), torch.randn(20, 1, generator=g)
+    from meshop._pyg import Data
+
+    model = tiny(3, 2, path="mesh", k=4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(Data(pos=pos, x=x)), model(from_points(pos, x=x)))
+
+
+def test_repr_names_the_configuration():
+    assert repr(tiny(3, 2, attention="fourier", decoder="ffn", path="grid")).startswith(
+        "GalerkinTransformer(\n  in_channels=3, out_channels=1, pos_dim=2, attention='fourier', "
+        "channels=8, heads=2, layers=2, decoder='ffn', path='grid'\n"
+    )

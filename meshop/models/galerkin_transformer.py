@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from meshop._pyg import Data, scatter
+from meshop._pyg import Data
 from meshop.data.batching import (
     grid_shape_of,
     latent_nodes,
@@ -362,9 +362,9 @@ class GalerkinTransformer(nn.Module):
     def _grid_forward(self, data: Data, x: Tensor) -> Tensor:
         shape, b = grid_shape_of(data), num_samples(data)
         pos = grid_tensor(data.pos, data)  # [B, m, *shape]
-        weight = getattr(data, "weight", None)
         grid = self.training_grid(shape)
         if self.pos_dim == 1:
+            weight = getattr(data, "weight", None)
             h = self._encode(self.lift(x), data.pos, node_batch(data), weight)
             h, out_shape, out_pos = grid_tensor(h, data), shape, pos
         else:
@@ -373,10 +373,9 @@ class GalerkinTransformer(nn.Module):
             coarse_pos = interpolate_grid(pos, coarse)
             n_c = math.prod(coarse)
             batch = torch.arange(b, device=x.device).repeat_interleave(n_c)
-            if weight is not None:  # each sample's measure spread evenly on the coarse grid
-                measure = scatter(weight, node_batch(data), dim=0, dim_size=b, reduce="sum")
-                weight = (measure / n_c)[batch]
-            h = self._encode(node_tensor(h), node_tensor(coarse_pos), batch, weight)
+            # the coarse nodes share each sample's measure evenly, and every attention normalises
+            # the weights per sample: the encoder's weights are the default 1 / n_c
+            h = self._encode(node_tensor(h), node_tensor(coarse_pos), batch, None)
             h = h.view(b, *coarse, -1).movedim(-1, 1)
             out_shape = shape if self.decoder == "spectral" else coarse
             out_pos = pos if self.decoder == "spectral" else coarse_pos
