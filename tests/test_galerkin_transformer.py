@@ -340,7 +340,7 @@ def test_every_option_reaches_its_layer_and_is_recorded_in_the_config():
         grid_shape=(12, 10),
         grid_dropout=0.3,
         decoder_dropout=0.4,
-        activation="gelu",
+        activation="relu",
         path="auto",
         cross_heads=4,
         quantile=None,
@@ -357,12 +357,13 @@ def test_every_option_reaches_its_layer_and_is_recorded_in_the_config():
     assert _dropouts(model.up) == [0.3]
     regressor = model.regressor
     assert (len(regressor.convs), regressor.project, regressor.dropout.p) == (3, False, 0.4)
-    assert regressor.activation == "gelu" and model.down.activation == model.up.activation
-    assert model.head.act_name == "gelu"
+    assert regressor.activation == "relu" and model.down.activation == model.up.activation
+    assert model.down.activation == "relu" and model.head.act_name == "relu"
     # the mesh path's cross attentions: k neighbours, a quantile, or every node
     assert all(a.heads == 4 and a.field == {"k": 3} for a in (model.cross_down, model.cross_up))
     by_quantile = GalerkinTransformer(3, 1, 2, channels=8, quantile=0.25)
     assert by_quantile.cross_down.field == {"quantile": 0.25}
+    assert (by_quantile.config["quantile"], by_quantile.config["k"]) == (0.25, None)
     dense = GalerkinTransformer(3, 1, 2, channels=8, cross_heads=4)
     assert type(dense.cross_down).__name__ == "PositionAttention" and dense.cross_up.heads == 4
 

@@ -275,7 +275,7 @@ class GalerkinTransformer(nn.Module):
     def burgers(cls, in_channels: int = 2, out_channels: int = 1, **kwargs) -> GalerkinTransformer:
         """The 1D network of Table 5 / Fig. 4 (Burgers): 4 layers, d = 96, 1 head, 2 spectral
         layers of width 48 with 16 modes; ``in_channels=2`` is ``[u0, x]``. 534k parameters."""
-        preset = dict(pos_dim=1, channels=96, heads=1, layers=4, width=48, modes=16, path="grid")
+        preset = dict(pos_dim=1, path="grid")  # the sizes: the 1D defaults, PAPER_SIZES[1]
         return cls(in_channels, out_channels, **{**preset, **kwargs})
 
     @classmethod
@@ -283,17 +283,8 @@ class GalerkinTransformer(nn.Module):
         """The 2D network of Table 5 / Fig. 5 (forward Darcy): CiNNs to a 43 x 43 coarse grid (the
         paper's choice for 141 x 141; 61 for 211), 6 layers, d = 128, 4 heads, 2 spectral layers of
         width 32 with 12 x 12 modes; ``in_channels=3`` is ``[a, x, y]``. 2.22M parameters."""
-        preset = dict(
-            pos_dim=2,
-            channels=128,
-            heads=4,
-            layers=6,
-            width=32,
-            modes=12,
-            project=True,
-            coarse_shape=43,
-            path="grid",
-        )
+        # the sizes: the 2D defaults, PAPER_SIZES[2]
+        preset = dict(pos_dim=2, coarse_shape=43, path="grid")
         return cls(in_channels, out_channels, **{**preset, **kwargs})
 
     @classmethod
@@ -301,15 +292,8 @@ class GalerkinTransformer(nn.Module):
         """The inverse-problem network of Table 5 (Darcy coefficient from the solution): 6 layers,
         d = 192, 4 heads, FFN decoder on the 36 x 36 coarse grid (the paper's choice for
         141 x 141; 71 for 211). 2.39M parameters."""
-        preset = dict(
-            pos_dim=2,
-            channels=192,
-            heads=4,
-            layers=6,
-            decoder="ffn",
-            coarse_shape=36,
-            path="grid",
-        )
+        # heads and layers: the 2D defaults, PAPER_SIZES[2]
+        preset = dict(pos_dim=2, channels=192, decoder="ffn", coarse_shape=36, path="grid")
         return cls(in_channels, out_channels, **{**preset, **kwargs})
 
     def reset_parameters(self) -> None:
