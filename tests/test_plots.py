@@ -39,8 +39,9 @@ def drawn(ax) -> np.ndarray:
 def test_a_triangle_mesh_gets_input_target_prediction_and_error_panels(figures, tmp_path):
     data = square()
     pred = data.y + torch.tensor([[0.5, -1.0]])
-    path = plots.plot_sample(data, pred, tmp_path / "sub" / "s.png", channel=1, title="sample 7")
-    assert path == tmp_path / "sub" / "s.png" and path.stat().st_size > 0
+    out = tmp_path / "sub" / "deeper" / "s.png"  # folders made with their parents
+    path = plots.plot_sample(data, pred, out, channel=1, title="sample 7")
+    assert path == out and path.stat().st_size > 0
     (fig,) = figures
     axes = [ax for ax in fig.axes if ax.get_title()]
     titles = [ax.get_title() for ax in axes]
@@ -113,6 +114,7 @@ def test_one_dimensional_samples_are_lines_over_the_sorted_coordinate(figures, t
         np.testing.assert_allclose(lines[label].get_ydata(), expected)
     assert lines["prediction"].get_linestyle() == "--"
     (diff,) = error.get_lines()
+    np.testing.assert_allclose(diff.get_xdata(), [0, 0.5, 1])  # over the coordinate too
     np.testing.assert_allclose(diff.get_ydata(), [0, 0.5, -1])
     assert error.get_title() == "prediction - target"
 
