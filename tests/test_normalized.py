@@ -64,3 +64,48 @@ def test_the_model_sees_encoded_x_and_params_and_fields_without_normaliser_uncha
     # a params normaliser and a sample without params
     bare = samples(params=False)[0]
     assert torch.allclose(NormalizedModel(Echo(), fitted)(bare), fitted["x"].encode(bare.x))
+
+
+class Indexed:
+    """A map-style dataset that reads its samples by index and cannot be iterated."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __iter__(self):
+        raise TypeError("read by index")
+
+
+class Streamed:
+    """A sized stream without indexing."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+def _statistics(normalizers):
+    return {k: (n.mean.tolist(), n.std.tolist()) for k, n in normalizers.items()}
+
+
+def test_statistics_are_read_by_index_from_datasets_and_by_iteration_from_streams():
+    expected = _statistics(fit_normalizers(samples(), True, True, True, True))
+    for source in (Indexed(samples()), Streamed(samples()), iter(samples())):
+        assert _statistics(fit_normalizers(source, True, True, True, True)) == expected
+
+
+def test_repr_names_the_normalised_fields():
+    normalizers = fit_normalizers(samples(), x=True, y=True, params=False)
+    model = NormalizedModel(torch.nn.Linear(2, 1), normalizers)
+    assert repr(model).startswith("NormalizedModel(\n  normalized=['x', 'y']\n")

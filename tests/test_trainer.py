@@ -226,3 +226,49 @@ def test_the_errors_of_a_run_that_cannot_start_are_whole_sentences():
         "the model has a periodic box in data units, which normalize_pos would rescale; "
         "train it with normalize_pos = false"
     )
+
+
+def _order(trainer, epoch):
+    """The order in which ``trainer`` visits its training samples in ``epoch``."""
+    trainer.sampler.set_epoch(epoch)
+    return [int(i) for i in trainer.loader.sampler]
+
+
+def test_every_epoch_shuffles_the_samples_with_the_configured_seed():
+    trainer = Trainer(tiny_model(), toy_samples(16), None, quiet(seed=3, num_workers=2))
+    assert trainer.loader.num_workers == 2  # built only: no worker starts here
+    orders = [_order(trainer, epoch) for epoch in range(3)]
+    assert all(sorted(order) == list(range(16)) for order in orders)
+    assert orders[0] != list(range(16)) and orders[0] != orders[1] != orders[2]
+    assert _order(trainer, 1) == orders[1]  # seeded by (seed, epoch)
+    other = Trainer(tiny_model(), toy_samples(16), None, quiet(seed=4))
+    assert _order(other, 0) != orders[0]
+
+
+def test_compile_runs_the_steps_through_torch_compile():
+    # torch.compile wraps the module at once and compiles at the first call: nothing runs here
+    trainer = Trainer(tiny_model(), toy_samples(4), None, quiet(compile=True))
+    assert trainer.net is not trainer.model and trainer.net._orig_mod is trainer.model
+
+
+def test_compile_where_torch_cannot_says_why(monkeypatch):
+    from meshop.train import trainer as trainer_module
+
+    monkeypatch.delattr(torch, "compile")
+    with pytest.raises(ConfigError) as error:
+        trainer_module.compile_model(torch.nn.Linear(2, 2))
+    assert str(error.value) == (
+        f"compile=True needs torch.compile (torch >= 2.0); torch {torch.__version__}"
+    )
+    monkeypatch.undo()
+
+    def missing(name):
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(trainer_module.importlib, "import_module", missing)
+    with pytest.raises(ConfigError) as error:
+        trainer_module.compile_model(torch.nn.Linear(2, 2))
+    assert str(error.value) == (
+        "compile=True: TorchInductor cannot be imported (No module named 'torch._inductor'); "
+        "train with compile=False"
+    )
