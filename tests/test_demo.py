@@ -111,8 +111,8 @@ def demo(tmp_path_factory):
                 return real(*args, title=title, **kwargs)
 
             patch.setattr(D, name, spy)
+        patch.chdir(root)  # the demo writes to runs/demo unless told otherwise
         summary = run_demo(
-            str(root / "out"),
             data_dir=str(root / "data"),
             epochs=1,
             progress=False,
@@ -149,7 +149,7 @@ def test_the_demo_asks_for_its_own_sizes_quick_ones_or_the_given_ones(monkeypatc
 
 def test_the_demo_summary_and_log_report_both_models(demo):
     root, summary, lines, _ = demo
-    out = root / "out"
+    out = root / "runs" / "demo"
     summary = {key: value for key, value in summary.items() if key != "measured_seconds"}
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
     assert summary["total_seconds"] <= demo[1]["measured_seconds"]
@@ -177,14 +177,14 @@ def test_the_demo_summary_and_log_report_both_models(demo):
             f"{name:<6} {r['parameters']:>10,} {r['test_rel_l2']:>13.2%} "
             f"{r['test_rel_l2_median']:>8.2%} {r['train_seconds']:>10.0f}s"
         )
-    assert lines[7] == f"total {summary['total_seconds']:.0f}s; results in {out}/"
+    assert lines[7] == f"total {summary['total_seconds']:.0f}s; results in runs/demo/"
     assert len(lines) == 8
 
 
 def test_the_demo_trains_both_models_with_the_settings_and_the_data_they_name(demo):
     root, _, _, _ = demo
     for name, latent in (("pit", TINY.latent_points), ("mlp", None)):
-        model, ckpt = load_model(root / "out" / name)
+        model, ckpt = load_model(root / "runs" / "demo" / name)
         config = ckpt["train_config"]
         assert (config["epochs"], config["batch_size"], config["lr"]) == (1, 2, 2e-3)
         assert (config["schedule"], config["clip"], config["eval_every"]) == ("cosine", 1.0, 2)
@@ -195,9 +195,9 @@ def test_the_demo_trains_both_models_with_the_settings_and_the_data_they_name(de
         assert ckpt["data"]["dataset_args"] == {"num_train": 4, "num_test": 3, "max_area": 8e-3}
         assert ckpt["data"]["data_dir"] == str(root / "data")
         assert ckpt["data"]["target_names"] == ["von_mises"] and ckpt["data"]["input_names"] == []
-    pit, _ = load_model(root / "out" / "pit")
+    pit, _ = load_model(root / "runs" / "demo" / "pit")
     assert pit.config["width"] == 8 and pit.config["weighted"] is True  # the TINY settings
-    mlp, _ = load_model(root / "out" / "mlp")
+    mlp, _ = load_model(root / "runs" / "demo" / "mlp")
     assert mlp.config["hidden_channels"] == 8
 
 
@@ -206,7 +206,7 @@ def test_the_demo_writes_test_meshes_with_targets_predictions_and_errors(demo):
     from meshop.train.inference import latent_of
 
     root, _, _, _ = demo
-    out = root / "out"
+    out = root / "runs" / "demo"
     test_set = Elasticity(str(root / "data"), "test", 4, 3, max_area=8e-3, progress=False)
     files = sorted(p.name for p in (out / "test_samples").iterdir())
     assert files == ["sample_000.vtu", "sample_001.vtu"]
@@ -241,7 +241,7 @@ def test_the_demo_predicts_at_new_points_of_a_test_mesh(demo):
     from meshop.train.inference import latent_of
 
     root, _, _, _ = demo
-    out = root / "out"
+    out = root / "runs" / "demo"
     sample = Elasticity(str(root / "data"), "test", 4, 3, max_area=8e-3, progress=False)[0]
     with open(out / "new_points.csv") as f:
         rows = list(csv.reader(f))

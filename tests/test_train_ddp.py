@@ -73,3 +73,26 @@ def test_meshop_train_runs_under_torchrun(mesh_folder, tmp_path):  # noqa: F811
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1])["epoch"] == 2
     assert checkpoint.load(run)["epoch"] == 2 and (run / "figures" / "loss.png").is_file()
+
+
+UNUSED = textwrap.dedent(
+    """
+    import sys
+    import torch
+    sys.path.insert(0, {tests!r})
+    from meshop.train import Trainer
+    from test_train import quiet, tiny_model, toy_samples
+
+    model = tiny_model()
+    model.unused = torch.nn.Linear(2, 2)  # parameters that no step uses
+    config = quiet(epochs=2, batch_size=4, device="cpu", find_unused_parameters={find})
+    Trainer(model, toy_samples(8), None, config, sys.argv[1]).fit()
+    """
+)
+
+
+def test_a_model_with_unused_parameters_trains_under_torchrun_when_told(tmp_path):
+    script = tmp_path / "unused.py"
+    script.write_text(UNUSED.format(tests=str(TESTS), find=True))
+    result = torchrun(script, tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]

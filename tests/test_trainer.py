@@ -272,3 +272,15 @@ def test_compile_where_torch_cannot_says_why(monkeypatch):
         "compile=True: TorchInductor cannot be imported (No module named 'torch._inductor'); "
         "train with compile=False"
     )
+
+
+def test_the_global_batch_must_split_evenly_over_the_processes(monkeypatch):
+    from meshop.train import trainer as trainer_module
+    from meshop.train.distributed import DistContext
+
+    monkeypatch.setattr(trainer_module, "setup", lambda device: DistContext(world_size=3))
+    with pytest.raises(ConfigError) as error:
+        Trainer(tiny_model(), toy_samples(4), None, quiet(batch_size=4))
+    assert str(error.value) == (
+        "batch_size 4 is the global batch and must be divisible by the number of processes (3)"
+    )
