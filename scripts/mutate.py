@@ -24,6 +24,7 @@ module in a clean copy of the working tree (``.mutmut/NAME-verify/``), the targe
 on it (every process they start imports that copy), and the module is restored:
 
     python scripts/mutate.py distributed --verify   # after a run of the target
+    python scripts/mutate.py trainer --verify --tests tests/test_trainer.py --only "compile|step"
 """
 
 from __future__ import annotations
@@ -298,18 +299,24 @@ def _apply(dest: Path, diff: str) -> bool:
     return bool(diff) and applied.returncode == 0
 
 
-def verify_survivors(name: str) -> dict[str, list[str]]:
+def verify_survivors(
+    name: str, tests: list[str] | None = None, only: str | None = None
+) -> dict[str, list[str]]:
     """Apply every survivor (and "no tests" mutant) of target ``name``'s last run to a clean copy
     of the working tree, one at a time, and run the target's test files on it: ``{"killed":
     [...], "survived": [...], "not applied": [...]}`` (a diff ``patch`` cannot place is "not
-    applied")."""
-    module, tests = TARGETS[name]
+    applied"). ``tests`` replaces the target's test files (e.g. the ones written for the
+    survivors); ``only``, a regular expression, keeps the survivors whose names it matches."""
+    module, target_tests = TARGETS[name]
+    tests = tests or target_tests
     runs = WORK / name
     if not (runs / "mutants").is_dir():
         raise SystemExit(f"no run of target {name!r} to verify: run scripts/mutate.py {name} first")
     # "no tests": mutmut found no test of the target reaching the mutant; the whole files may
     found = results(runs)
     survivors = [*found.get("survived", []), *found.get("no tests", [])]
+    if only is not None:
+        survivors = [mutant for mutant in survivors if re.search(only, mutant)]
     dest = scratch_copy(f"{name}-verify")
     original = (dest / module).read_bytes()
     env = {**_env(), "PYTHONPATH": str(dest)}  # workers and subprocesses import the copy too
@@ -365,7 +372,20 @@ def main(argv=None) -> None:
         help="apply each survivor of the targets' last runs to the source and run their tests "
         "without mutmut (catches what mutmut cannot see: code in processes the tests start)",
     )
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        metavar="FILE",
+        help="with --verify: run these test files instead of the target's",
+    )
+    parser.add_argument(
+        "--only",
+        metavar="REGEX",
+        help="with --verify: only the survivors whose names match this regular expression",
+    )
     args = parser.parse_args(argv)
+    if (args.tests or args.only) and not args.verify:
+        parser.error("--tests and --only go with --verify")
     if args.list:
         for name, (module, tests) in TARGETS.items():
             print(f"{name:22} {module:40} {' '.join(tests)}")
@@ -375,7 +395,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"unknown target(s) {unknown}; choose from {list(TARGETS)}")
     for name in args.targets or list(TARGETS):
         if args.verify:
-            verify_survivors(name)
+            verify_survivors(name, args.tests, args.only)
         else:
             run_target(name, args.max_children, args.time_limit)
 

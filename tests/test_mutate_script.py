@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 mutate = importlib.import_module("mutate")
@@ -35,9 +37,8 @@ DIFFS = {
 }
 
 
-def test_verify_applies_each_survivor_runs_the_tests_and_restores_the_module(
-    tmp_path, monkeypatch, capsys
-):
+def tiny_repository(tmp_path, monkeypatch):
+    """The ``tiny`` target: a module, its tests, and a last run whose survivors are ``DIFFS``."""
     repo = tmp_path / "repo"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
@@ -58,6 +59,13 @@ def test_verify_applies_each_survivor_runs_the_tests_and_restores_the_module(
         return subprocess.CompletedProcess(args, 0, stdout=DIFFS[args[1]], stderr="")
 
     monkeypatch.setattr(mutate, "mutmut", show)
+    return repo
+
+
+def test_verify_applies_each_survivor_runs_the_tests_and_restores_the_module(
+    tmp_path, monkeypatch, capsys
+):
+    repo = tiny_repository(tmp_path, monkeypatch)
     verdicts = mutate.verify_survivors("tiny")
     assert verdicts == {
         "killed": ["killed_one", "method"],
@@ -79,3 +87,12 @@ def test_verify_without_a_run_says_what_to_run_first(tmp_path, monkeypatch):
         assert "run scripts/mutate.py losses first" in str(exc)
     else:
         raise AssertionError("a target without a run must be refused")
+
+
+def test_verify_takes_other_test_files_and_a_selection_of_survivors(tmp_path, monkeypatch):
+    repo = tiny_repository(tmp_path, monkeypatch)
+    (repo / "tests" / "test_other.py").write_text("def test_nothing():\n    pass\n")
+    verdicts = mutate.verify_survivors("tiny", tests=["tests/test_other.py"], only="one|method")
+    assert verdicts == {"killed": [], "survived": ["killed_one", "method"], "not applied": []}
+    with pytest.raises(SystemExit):
+        mutate.main(["tiny", "--only", "one"])  # a selection needs --verify
