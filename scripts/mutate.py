@@ -38,6 +38,7 @@ import signal
 import subprocess
 import sys
 import time
+from itertools import product
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -287,10 +288,24 @@ def _indented(diff: str, indent: str) -> str:
     return "".join(lines)
 
 
-def _apply(dest: Path, diff: str) -> bool:
+def _removed(diff: str) -> str:
+    """The lines ``diff`` removes, as they read in the source."""
+    lines = diff.splitlines(keepends=True)
+    return "".join(line[1:] for line in lines if line[:1] == "-" and not line.startswith("---"))
+
+
+def _apply(dest: Path, diff: str, fuzz: int = 0) -> bool:
     """Whether ``patch`` placed ``diff`` in the tree at ``dest`` (rejects are dropped)."""
     applied = subprocess.run(
-        ["patch", "-p0", "--forward", "--no-backup-if-mismatch", "--reject-file=-", "-s"],
+        [
+            "patch",
+            "-p0",
+            "--forward",
+            "--no-backup-if-mismatch",
+            "--reject-file=-",
+            "-s",
+            f"--fuzz={fuzz}",
+        ],
         cwd=dest,
         input=diff,
         text=True,
@@ -325,9 +340,16 @@ def verify_survivors(
     for mutant in survivors:
         diff = mutmut(runs, "show", mutant).stdout
         diff = diff[diff.index("---") :] if "---" in diff else ""
-        # a method's diff is shown dedented: placed as it is, else indented by one class level
-        for indent in ("", "    "):
-            if _apply(dest, _indented(diff, indent)) and (dest / module).read_bytes() != original:
+        # a method's diff is shown dedented: placed as it is, else indented by one class level.
+        # Its line numbers count from the function, so a hunk with less context after the change
+        # than before reads to patch as the end of the file; where the removed lines occur once in
+        # the module, patch may place it by them alone (fuzz)
+        for indent, fuzz in product(("", "    "), (0, 3)):
+            hunk = _indented(diff, indent)
+            removed = _removed(hunk)
+            if fuzz and not (removed and original.decode().count(removed) == 1):
+                continue
+            if _apply(dest, hunk, fuzz) and (dest / module).read_bytes() != original:
                 break
             (dest / module).write_bytes(original)
         if (dest / module).read_bytes() == original:  # no diff, or none that patch placed

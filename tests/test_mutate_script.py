@@ -13,6 +13,7 @@ mutate = importlib.import_module("mutate")
 
 MODULE = (
     "def add(a, b):\n    return a + b  # the sum\n\n\ndef unused():\n    return 1\n\n\n"
+    "def same():\n    return 0\n\n\ndef also():\n    return 0\n\n\n"
     "class K:\n    def twice(self, a):\n\n        return 2 * a\n"
 )
 TEST = (
@@ -31,6 +32,11 @@ DIFFS = {
     "killed_one": diff("add(a, b):", SUM + "+    return a - b  # the sum\n"),
     "equivalent": diff("add(a, b):", SUM + "+    return b + a  # the sum\n"),
     "elsewhere": diff("gone(a):", "-    return a\n+    return -a\n"),
+    # numbered from its function, with no context after the change: patch reads the hunk as the
+    # end of the file; its removed line occurs once in the module, so it is placed by it
+    "tail": diff("unused():", "-    return 1\n+    return 2\n"),
+    # ... but not where they occur twice: which one is meant is unknown
+    "ambiguous": diff("also():", "-    return 0\n+    return 5\n"),
     # a method as mutmut shows it: dedented to the top level (with a blank line in its body)
     "method": "--- pkg/tiny.py\n+++ pkg/tiny.py\n@@ -1,3 +1,3 @@\n def twice(self, a):\n \n"
     "-    return 2 * a\n+    return 3 * a\n",
@@ -51,7 +57,8 @@ def tiny_repository(tmp_path, monkeypatch):
     monkeypatch.setattr(mutate, "WORK", tmp_path / "work")
     monkeypatch.setattr(mutate, "TARGETS", {"tiny": ("pkg/tiny.py", ["tests/test_tiny.py"])})
     # a mutant that no test reached is verified too: the whole test files may reach it
-    found = {"survived": list(DIFFS)[:3], "no tests": ["method"], "killed": ["x"]}
+    survived = ["killed_one", "equivalent", "elsewhere", "tail", "ambiguous"]
+    found = {"survived": survived, "no tests": ["method"], "killed": ["x"]}
     monkeypatch.setattr(mutate, "results", lambda dest: found)
 
     def show(dest, *args, check=True):
@@ -69,13 +76,13 @@ def test_verify_applies_each_survivor_runs_the_tests_and_restores_the_module(
     verdicts = mutate.verify_survivors("tiny")
     assert verdicts == {
         "killed": ["killed_one", "method"],
-        "survived": ["equivalent"],
-        "not applied": ["elsewhere"],
+        "survived": ["equivalent", "tail"],
+        "not applied": ["elsewhere", "ambiguous"],
     }
     assert (tmp_path / "work" / "tiny-verify" / "pkg" / "tiny.py").read_text() == MODULE
     assert (repo / "pkg" / "tiny.py").read_text() == MODULE  # the checkout is left alone
     out = capsys.readouterr().out
-    assert "4 survivors applied to the source" in out
+    assert "6 survivors applied to the source" in out
     assert "survived: equivalent" in out and "not applied: elsewhere" in out
 
 
