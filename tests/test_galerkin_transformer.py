@@ -422,7 +422,10 @@ def test_the_1d_grid_path_integrates_with_the_nodes_weights():
     w = torch.linspace(0.5, 1.5, 16)
     weighted.weight = w / w.sum()
     model = tiny(2, 1)
+    bare = grids((16,), count=1)[0]
+    del bare.weight  # no weights: 1 / n, as uniform_grid gives
     with torch.no_grad():
+        torch.testing.assert_close(model(bare), model(plain))
         plain, weighted = model(plain), model(weighted)
     assert (plain - weighted).abs().max() > 1e-3 * plain.abs().max()
 
