@@ -96,10 +96,12 @@ def test_verify_without_a_run_says_what_to_run_first(tmp_path, monkeypatch):
         raise AssertionError("a target without a run must be refused")
 
 
-def test_verify_takes_other_test_files_and_a_selection_of_survivors(tmp_path, monkeypatch):
+def test_verify_takes_other_test_files_and_a_selection_of_survivors(tmp_path, monkeypatch, capsys):
     repo = tiny_repository(tmp_path, monkeypatch)
     (repo / "tests" / "test_other.py").write_text("def test_nothing():\n    pass\n")
     verdicts = mutate.verify_survivors("tiny", tests=["tests/test_other.py"], only="one|method")
     assert verdicts == {"killed": [], "survived": ["killed_one", "method"], "not applied": []}
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as refused:
         mutate.main(["tiny", "--only", "one"])  # a selection needs --verify
+    assert refused.value.code == 2
+    assert "--tests and --only go with --verify" in capsys.readouterr().err
