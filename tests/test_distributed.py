@@ -1,5 +1,5 @@
 """meshop.train.distributed: one process without torchrun's variables, and two gloo processes
-whose reductions give known answers."""
+whose reductions give known answers and which leave the group at exit."""
 
 import os
 import socket
@@ -61,6 +61,8 @@ def _worker(rank: int, port: int, results):
         RANK=str(rank),
         LOCAL_RANK=str(rank),
     )
+    at_exit = []  # what setup leaves to run when the interpreter exits
+    D.atexit.register = at_exit.append
     ctx = D.setup("cpu")
     again = D.setup("cpu")  # joining twice is harmless
     out = {
@@ -73,8 +75,11 @@ def _worker(rank: int, port: int, results):
         "broadcast": D.broadcast_object(f"from {rank}", ctx),
     }
     D.barrier(ctx)
-    D.teardown()
+    out["at_exit"] = at_exit == [D.teardown]  # registered once, by the setup that joined
+    for leave in at_exit:  # a script that never calls teardown leaves the group at exit
+        leave()
     out["left"] = not dist.is_initialized()
+    D.teardown()  # leaving twice is harmless
     results[rank] = out
 
 
@@ -86,7 +91,7 @@ def test_two_gloo_processes_reduce_gather_and_broadcast():
     for rank in (0, 1):
         r = results[rank]
         assert r["ctx"] == (rank, 2, rank, True, rank == 0)
-        assert r["again"] and r["left"]
+        assert r["again"] and r["left"] and r["at_exit"]
         assert r["sum"] == [1.0, 2.0, 0.5]
         assert r["sum64"] == [200_000_001.0, 0.2]
         assert r["gather"] == [{"rank": 0}, {"rank": 1}]

@@ -8,6 +8,7 @@ on CUDA. Without them everything runs in one process and the helpers below are n
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,10 @@ def setup(device: str = "auto") -> DistContext:
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         dist.init_process_group(backend=backend)
+        # A gloo group still alive when the interpreter finalises can abort the process
+        # ("terminate called without an active exception", SIGABRT) after a run that succeeded;
+        # scripts that call the Trainer under torchrun rarely call teardown themselves.
+        atexit.register(teardown)
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
 
 
