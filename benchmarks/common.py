@@ -305,7 +305,7 @@ def machine() -> dict:
         pass
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join([Path(sys.executable).name, _script(sys.argv[0]), *sys.argv[1:]]),
+        "command": " ".join([Path(sys.executable).name, _script(sys.argv[0]), *rerun_args()]),
         "cpu": cpu,
         "cpu_cores": mp.cpu_count(),
         "python": platform.python_version(),
@@ -444,6 +444,25 @@ def write_results(
     path = args.out / f"{name}.json"
     path.write_text(json.dumps({"machine": info, "records": records}, indent=1) + "\n")
     return path
+
+
+# options that only say where files go: the recorded command leaves them out, so that it reruns
+# on any machine (into the default folders) instead of naming the measuring machine's folders
+WHERE_OPTIONS = ("--out", "--runs")
+
+
+def rerun_args(argv: Sequence[str] | None = None) -> list[str]:
+    """The script's arguments (``sys.argv[1:]`` by default) less :data:`WHERE_OPTIONS`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    kept, i = [], 0
+    while i < len(argv):
+        name = argv[i].split("=", 1)[0]
+        if name in WHERE_OPTIONS:
+            i += 1 if "=" in argv[i] else 2
+            continue
+        kept.append(argv[i])
+        i += 1
+    return kept
 
 
 def _script(path: str) -> str:

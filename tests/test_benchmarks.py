@@ -502,3 +502,14 @@ def test_result_files_are_read_only_where_they_exist_and_must_hold_records(tmp_p
     (tmp_path / "b.json").write_text("{}")
     with pytest.raises(SystemExit, match="b.json has no 'records'"):
         common.load_results(tmp_path, ["b"])
+
+
+def test_the_recorded_command_leaves_out_where_files_go(monkeypatch):
+    """Results record the command that reruns them on any machine: ``--out`` and ``--runs`` name
+    the measuring machine's folders and change no number."""
+    common = script("common")
+    argv = ["--jobs", "2", "--runs", "/work/x", "--out=/tmp/y", "--datasets", "darcy", "--out", "z"]
+    assert common.rerun_args(argv) == ["--jobs", "2", "--datasets", "darcy"]
+    assert common.rerun_args(["--outline", "a"]) == ["--outline", "a"]  # only the exact names
+    monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / "models.py"), "--quick", "--out", "/tmp/q"])
+    assert common.machine()["command"] == f"{Path(sys.executable).name} benchmarks/models.py --quick"
