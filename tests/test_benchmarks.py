@@ -512,4 +512,5 @@ def test_the_recorded_command_leaves_out_where_files_go(monkeypatch):
     assert common.rerun_args(argv) == ["--jobs", "2", "--datasets", "darcy"]
     assert common.rerun_args(["--outline", "a"]) == ["--outline", "a"]  # only the exact names
     monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / "models.py"), "--quick", "--out", "/tmp/q"])
-    assert common.machine()["command"] == f"{Path(sys.executable).name} benchmarks/models.py --quick"
+    python = Path(sys.executable).name
+    assert common.machine()["command"] == f"{python} benchmarks/models.py --quick"
