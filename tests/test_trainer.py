@@ -174,6 +174,30 @@ def test_the_progress_bar_counts_epochs_and_shows_the_running_loss(capsys, monke
     assert "epoch 1  train_loss 0.1235  samples_per_second " in out  # 4 significant digits
 
 
+
+def test_the_progress_bar_rate_counts_the_samples_of_every_process(capsys, monkeypatch):
+    """Under torchrun each process sees ``1 / world_size`` of the samples; the bar on rank 0 shows
+    the rate of all of them (a clock that ticks one second per reading makes rates exact)."""
+    from meshop.train import trainer as trainer_module
+    from meshop.train.distributed import DistContext
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(trainer_module, "all_reduce_sum", lambda values, ctx: list(values))
+    rates = {}
+    for world_size in (1, 3):
+        trainer = Trainer(tiny_model(), toy_samples(6), None, quiet(progress=True, batch_size=3))
+        trainer.ctx = DistContext(world_size=world_size)  # rank 0 of world_size processes
+        trainer.step = lambda batch: 0.5
+        clock = iter(range(100))
+        monkeypatch.setattr(trainer_module.time, "perf_counter", lambda: float(next(clock)))
+        capsys.readouterr()
+        trainer.train_epoch()
+        rates[world_size] = re.findall(r"samples_s=([0-9.]+)", capsys.readouterr().err)
+    assert rates[1][-1] == "3.0"  # 6 samples, the second batch read 2 s after the start
+    assert rates[3][-1] == "9.0"
+
+
 class Named(list):
     """A list of samples that names its fields, as datasets do."""
 
