@@ -189,8 +189,8 @@ def test_the_progress_bar_rate_counts_the_samples_of_every_process(capsys, monke
         trainer = Trainer(tiny_model(), toy_samples(6), None, quiet(progress=True, batch_size=3))
         trainer.ctx = DistContext(world_size=world_size)  # rank 0 of world_size processes
         trainer.step = lambda batch: 0.5
-        clock = iter(range(100))
-        monkeypatch.setattr(trainer_module.time, "perf_counter", lambda: float(next(clock)))
+        ticks = iter(range(100))
+        monkeypatch.setattr(trainer_module.time, "perf_counter", lambda t=ticks: float(next(t)))
         capsys.readouterr()
         trainer.train_epoch()
         rates[world_size] = re.findall(r"samples_s=([0-9.]+)", capsys.readouterr().err)
