@@ -174,7 +174,6 @@ def test_the_progress_bar_counts_epochs_and_shows_the_running_loss(capsys, monke
     assert "epoch 1  train_loss 0.1235  samples_per_second " in out  # 4 significant digits
 
 
-
 def test_the_progress_bar_rate_counts_the_samples_of_every_process(capsys, monkeypatch):
     """Under torchrun each process sees ``1 / world_size`` of the samples; the bar on rank 0 shows
     the rate of all of them (a clock that ticks one second per reading makes rates exact)."""
