@@ -2,6 +2,7 @@
 writes (summary, log, test meshes with their fields, predictions at new points, checkpoints)."""
 
 import csv
+import dataclasses
 import json
 import time
 
@@ -16,20 +17,11 @@ from meshop.models.registry import build_model
 from meshop.train import demo as D
 from meshop.train import load_model
 from meshop.train.demo import QUICK, DemoSettings, points_in_mesh, run_demo
+from tests.test_runs_reproduce import TINY_DEMO
 
-TINY = DemoSettings(
-    num_train=4,
-    num_test=3,
-    max_area=8e-3,
-    epochs=2,
-    batch_size=2,
-    lr=2e-3,
-    eval_every=2,
-    latent_points=16,
-    pit=dict(width=8, heads=1, blocks=1, encoder_k=4, decoder_k=4),
-    mlp=dict(hidden_channels=8, num_layers=2),
-    vtu_samples=2,
-    new_points=7,
+# the tiny PiT and MLP of test_runs_reproduce, trained and evaluated a little longer
+TINY = dataclasses.replace(
+    TINY_DEMO, num_test=3, epochs=2, lr=2e-3, eval_every=2, vtu_samples=2, new_points=7
 )
 
 
