@@ -9,13 +9,12 @@ so one missing or broken dataset does not affect the others.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass
 from typing import Any
 
+from meshop._registry import import_class, unknown_name
 from meshop.errors import ConfigError
-from meshop.models.registry import unknown_name
 
 
 @dataclass(frozen=True)
@@ -96,16 +95,7 @@ def dataset_entry(name: str) -> DatasetEntry:
 
 def dataset_class(name: str) -> type:
     """The dataset class behind a registered name or a ``"module:Class"`` path."""
-    target = name if ":" in name else dataset_entry(name).target
-    module_name, _, class_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"dataset '{name}' is not available: {exc}") from exc
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        raise ConfigError(f"dataset '{name}': module '{module_name}' has no class '{class_name}'")
-    return cls
+    return import_class(name if ":" in name else dataset_entry(name).target, "dataset class")
 
 
 def build_dataset(name: str, split: str, data_dir: str | None = None, **kwargs: Any):

@@ -8,13 +8,12 @@ Any other model class can be named by its import path ``"package.module:Class"``
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
+from meshop._registry import import_class, unknown_name
 from meshop.errors import ConfigError
 
 
@@ -67,25 +66,6 @@ MODELS: dict[str, ModelEntry] = {
 }
 
 
-def _import(target: str) -> type[nn.Module]:
-    module_name, _, class_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"model class '{target}' cannot be imported: {exc}") from exc
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        raise ConfigError(f"module '{module_name}' has no class '{class_name}'")
-    return cls
-
-
-def unknown_name(kind: str, name: str, known: list[str]) -> ConfigError:
-    """The error for an unknown ``kind`` name, with the closest known names."""
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    return ConfigError(f"unknown {kind} '{name}'{hint} (known: {', '.join(known)})")
-
-
 def model_entry(name: str) -> ModelEntry:
     """The registry entry of ``name`` (ConfigError with suggestions when unknown)."""
     if name not in MODELS:
@@ -95,9 +75,7 @@ def model_entry(name: str) -> ModelEntry:
 
 def model_class(name: str) -> type[nn.Module]:
     """The class behind a registered name or a ``"module:Class"`` path."""
-    if ":" in name:
-        return _import(name)
-    return _import(model_entry(name).target)
+    return import_class(name if ":" in name else model_entry(name).target, "model class")
 
 
 def build_model(name: str, **kwargs: Any) -> nn.Module:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from meshop._registry import unknown_name
 from meshop.errors import ConfigError
 
 OPTIMIZERS = ("adam", "adamw")
@@ -141,11 +141,7 @@ def check_keys(given: dict[str, Any], allowed: list[str], where: str) -> None:
     """Reject keys not in ``allowed`` with the closest valid names in the message."""
     for key in given:
         if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(
-                f"unknown key '{key}' in {where}{hint} (valid keys: {', '.join(allowed)})"
-            )
+            raise unknown_name("key", key, allowed, where, listed_as="valid keys")
 
 
 def from_dict(values: dict[str, Any], where: str = "the training configuration") -> TrainConfig:
