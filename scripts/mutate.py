@@ -334,7 +334,10 @@ def verify_survivors(
         survivors = [mutant for mutant in survivors if re.search(only, mutant)]
     dest = scratch_copy(f"{name}-verify")
     original = (dest / module).read_bytes()
-    env = {**_env(), "PYTHONPATH": str(dest)}  # workers and subprocesses import the copy too
+    # workers and subprocesses import the copy too. No bytecode cache: Python reuses a module's
+    # .pyc while the source keeps its size and its modification time to the second, and two
+    # mutants of the same length are often applied within one second
+    env = {**_env(), "PYTHONPATH": str(dest), "PYTHONDONTWRITEBYTECODE": "1"}
     verdicts: dict[str, list[str]] = {"killed": [], "survived": [], "not applied": []}
     start = time.perf_counter()
     for mutant in survivors:

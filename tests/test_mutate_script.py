@@ -1,6 +1,7 @@
 """scripts/mutate.py --verify: each survivor applied to the source, the target's tests run on it."""
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,23 @@ def test_verify_takes_other_test_files_and_a_selection_of_survivors(tmp_path, mo
         mutate.main(["tiny", "--only", "one"])  # a selection needs --verify
     assert refused.value.code == 2
     assert "--tests and --only go with --verify" in capsys.readouterr().err
+
+
+def test_verify_never_runs_the_bytecode_of_an_earlier_mutant(tmp_path, monkeypatch):
+    """Python reuses a module's cached bytecode while the source keeps its size and modification
+    time (to the second): ``a - b`` and ``b + a`` are the same size, and two mutants are often
+    applied within one second. Here every mutant is given the same time; the second must still run
+    as written, not as the first one's bytecode."""
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # as in most shells
+    tiny_repository(tmp_path, monkeypatch)
+    module = tmp_path / "work" / "tiny-verify" / "pkg" / "tiny.py"
+    apply = mutate._apply
+
+    def apply_in_the_same_second(dest, diff, fuzz=0):
+        applied = apply(dest, diff, fuzz)
+        os.utime(module, (1_700_000_000, 1_700_000_000))
+        return applied
+
+    monkeypatch.setattr(mutate, "_apply", apply_in_the_same_second)
+    verdicts = mutate.verify_survivors("tiny", only="killed_one|equivalent")
+    assert verdicts == {"killed": ["killed_one"], "survived": ["equivalent"], "not applied": []}
