@@ -1,8 +1,10 @@
 import numpy as np
 import pytest
+import torch
 from scipy.spatial import Delaunay
 
 from meshop.data import lumped_mass_weights
+from meshop.data.weights import default_weight
 from meshop.errors import MeshError
 
 from .conftest import square_with_hole
@@ -56,3 +58,13 @@ def test_degenerate_tetrahedron_is_rejected():
     points = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0], [0, 0, 1]], float)
     with pytest.raises(MeshError, match="degenerate tetra"):
         lumped_mass_weights(points, [("tetra", np.array([[0, 1, 2, 4], [0, 1, 2, 3]]))])
+
+
+def test_default_weight_is_one_over_n_in_every_sample():
+    like = torch.zeros(1, dtype=torch.float64)
+    torch.testing.assert_close(
+        default_weight(4, None, like), torch.full((4,), 0.25, dtype=like.dtype)
+    )
+    batch = torch.tensor([0, 0, 1, 1, 1, 1, 2])
+    expected = torch.tensor([0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 1.0], dtype=like.dtype)
+    torch.testing.assert_close(default_weight(7, batch, like), expected)

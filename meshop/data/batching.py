@@ -1,4 +1,4 @@
-"""Batches of domains: loaders, batch vectors, node features, grid shapes."""
+"""Batches of domains: loaders, batch vectors, node features and weights, grid shapes."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import torch
 
 from meshop._pyg import Data, DataLoader
 from meshop.data.neighbors import knn_index
+from meshop.data.weights import default_weight
 from meshop.errors import ConfigError, MeshError
 
 #: node sets besides ``pos`` that get their own batch vector in a DataLoader batch
@@ -71,6 +72,34 @@ def query_nodes(data: Data) -> tuple[torch.Tensor, torch.Tensor]:
     if getattr(data, "query_pos", None) is None:
         return data.pos, node_batch(data)
     return data.query_pos, _vector(data, "query_pos_batch", len(data.query_pos), data.pos.device)
+
+
+def node_set_weights(
+    data: Data,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Quadrature weights of a batch's three node sets: ``(input mesh, latent mesh, query points)``.
+
+    The input mesh has the domain's ``data.weight``. A latent mesh that is the input mesh has the
+    same weights; any other latent mesh (farthest point sampling, a grid) gets, at each latent
+    node, the summed weight of the input nodes nearest to it (the measure of its Voronoi cell in
+    the domain, lumped), so latent nodes outside the domain weigh 0. Query points have the input
+    mesh's weights when they are the input mesh, else equal weights (``None``). Everything is
+    ``None`` when the data has no ``weight``.
+    """
+    weight = getattr(data, "weight", None)
+    if weight is None:
+        return None, None, None
+    pos, batch = data.pos, node_batch(data)
+    latent_pos, latent_batch = latent_nodes(data)
+    if latent_pos is pos:
+        latent_weight = weight
+    else:
+        nearest = knn_index(latent_pos, pos, 1, latent_batch, batch)  # [2, N]: input, latent
+        latent_weight = weight.new_zeros(len(latent_pos)).index_add_(
+            0, nearest[1], weight[nearest[0]]
+        )
+    query_weight = weight if getattr(data, "query_pos", None) is None else None
+    return weight, latent_weight, query_weight
 
 
 def num_samples(data: Data) -> int:
@@ -141,8 +170,6 @@ def nodes_with_queries(data: Data, pos_dim: int, in_channels: int, model: str):
     Raises :class:`ConfigError` when the data's dimension or input channels are not the
     ``pos_dim`` and ``in_channels`` the ``model`` was built with.
     """
-    from meshop.nn.galerkin_attention import default_weight
-
     if data.pos.shape[1] != pos_dim:
         raise ConfigError(
             f"the model was built for {pos_dim}D coordinates but the data is {data.pos.shape[1]}D"

@@ -5,6 +5,8 @@ measure of the domain and ``sum(weight * f)`` approximates ``\\int f``. Boundary
 triangles that mesh generators store beside the volume cells are ignored: only the cells of the
 highest topological dimension present count. A point cloud (no cells) has no such measure: its
 weights are estimated from the local point density (:func:`knn_weights`) or uniform ``1/N``.
+A domain (or a batch of domains) that carries no weights at all integrates with
+:func:`default_weight`, ``1/n`` per sample: the papers' mean over the nodes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from math import gamma
 
 import numpy as np
+import torch
 
 from meshop.errors import MeshError
 
@@ -194,3 +197,11 @@ def knn_weights(points: np.ndarray, k: int = 8, dim: int | None = None) -> np.nd
     radius = distance[:, -1]
     ball = np.pi ** (dim / 2) / gamma(dim / 2 + 1)
     return ball * radius**dim / k
+
+
+def default_weight(n: int, batch: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """Quadrature weights ``1 / n_b`` for every node of sample ``b`` (the paper's ``1/n``), with the
+    dtype and device of ``like``; ``batch`` [n] is the nodes' batch vector (None: one sample)."""
+    if batch is None:
+        return torch.full((n,), 1.0 / n, dtype=like.dtype, device=like.device)
+    return 1.0 / torch.bincount(batch).to(like.dtype)[batch]

@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from meshop.nn.galerkin_attention import HeadAttention, _equal_weight, log_weight_mask
+from meshop.nn.head_attention import HeadAttention
+from meshop.nn.quadrature import equal_weight, log_weight_mask
 
 
 class LinearAttention(HeadAttention):
@@ -46,7 +47,7 @@ class LinearAttention(HeadAttention):
         products (:meth:`~meshop.nn.HeadAttention._merge_folded`). The same numbers as the
         general path up to rounding."""
         q, k, v = self._equal_projections(x, pos, b)
-        weight = _equal_weight(weight, b, q.shape[1], x)
+        weight = equal_weight(weight, b, q.shape[1], x)
         if weight.shape[-1] != 1:
             k = k + weight.clamp_min(torch.finfo(k.dtype).tiny).log()[:, None, :, None]
         kv = F.dropout(k.softmax(dim=-2).transpose(-2, -1) @ v, self.dropout, self.training)

@@ -6,10 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from meshop._pyg import scatter, to_dense_batch
+from meshop._pyg import to_dense_batch
 from meshop.data.neighbors import equal_sizes
 from meshop.errors import ConfigError
 from meshop.nn.interface import check_inputs
+from meshop.nn.quadrature import normalised_equal_weight, normalised_weight, weighted_count
 
 INNER_PRODUCTS = ("mean", "sum")
 ORTHONORMALIZATIONS = ("sample", "batch")
@@ -177,7 +178,7 @@ class OrthogonalAttention(nn.Module):
         if g_dst is not None:
             batch_dst = _batch_or_zeros(batch_dst, len(g_dst), g.device)
         num_samples = _num_samples(batch, batch_dst if g_dst is not None else None)
-        w = _sample_normalised(weight, batch, num_samples, g)
+        w = normalised_weight(weight, batch, num_samples, g)
         psi, w_d, psi_dst, mask_dst = self._eigenfunctions(
             g, batch, w, num_samples, g_dst, batch_dst
         )
@@ -185,14 +186,14 @@ class OrthogonalAttention(nn.Module):
         with torch.autocast(device_type=h.device.type, enabled=False):
             h_d, _ = to_dense_batch(h.to(dtype), batch, batch_size=num_samples)
             coeff = (psi * w_d[..., None]).to(dtype).transpose(1, 2) @ h_d  # [B, k, d]
-            count = _weighted_count(w, batch, num_samples) if self.inner_product == "sum" else None
+            count = weighted_count(w, batch, num_samples) if self.inner_product == "sum" else None
             return (psi_dst.to(dtype) @ self._coefficients(coeff, count))[mask_dst]  # [N_dst, d]
 
     def _forward_equal(self, h: Tensor, g: Tensor, weight: Tensor | None, b: int) -> Tensor:
         """Samples of equal sizes as ``[B, m, *]`` views: no padding, no gathering (the same
         numbers as the padded path up to rounding)."""
         n, m = len(g), len(g) // b
-        w = _sample_normalised_equal(weight, b, m, g)  # [B, m]
+        w = normalised_equal_weight(weight, b, m, g)  # [B, m]
         q = self.lin_q(g)
         dtype = torch.promote_types(h.dtype, torch.float32)
         with torch.autocast(device_type=h.device.type, enabled=False):
@@ -235,7 +236,7 @@ class OrthogonalAttention(nn.Module):
         if g_dst is not None:
             batch_dst = _batch_or_zeros(batch_dst, len(g_dst), g.device)
         num_samples = _num_samples(batch, batch_dst if g_dst is not None else None)
-        w = _sample_normalised(weight, batch, num_samples, g)
+        w = normalised_weight(weight, batch, num_samples, g)
         _, _, psi_dst, mask_dst = self._eigenfunctions(g, batch, w, num_samples, g_dst, batch_dst)
         return psi_dst[mask_dst]
 
@@ -248,7 +249,7 @@ class OrthogonalAttention(nn.Module):
         with torch.autocast(device_type=q.device.type, enabled=False):
             q_d, mask = to_dense_batch(q.to(torch.float64), batch, batch_size=num_samples)
             w_d, _ = to_dense_batch(w.to(torch.float64), batch, batch_size=num_samples)
-            count = _weighted_count(w, batch, num_samples)
+            count = weighted_count(w, batch, num_samples)
             # a sample without source nodes (only targets) integrates to zero: any factor will do
             present = torch.bincount(batch, minlength=num_samples) > 0
             chol = self._factor(q_d, w_d, count, present)  # [B or 1, k, k]
@@ -352,27 +353,6 @@ def _check_streams(h, pos, batch, weight, pos_dst, batch_dst, g, g_dst) -> None:
 
 def _batch_or_zeros(batch: Tensor | None, n: int, device) -> Tensor:
     return batch if batch is not None else torch.zeros(n, dtype=torch.long, device=device)
-
-
-def _sample_normalised(weight, batch, num_samples, like) -> Tensor:
-    """Quadrature weights scaled to sum to one in every sample (uniform when ``weight`` is None)."""
-    w = torch.ones(len(batch), device=like.device) if weight is None else weight
-    w = w.to(torch.promote_types(w.dtype, torch.float32))
-    total = scatter(w, batch, dim=0, dim_size=num_samples, reduce="sum")
-    return w / total[batch]
-
-
-def _weighted_count(w, batch, num_samples) -> Tensor:
-    """Number of nodes with a positive weight in every sample, ``[B]``."""
-    return scatter((w > 0).to(w.dtype), batch, dim=0, dim_size=num_samples, reduce="sum")
-
-
-def _sample_normalised_equal(weight, b, m, like) -> Tensor:
-    """:func:`_sample_normalised` for ``b`` samples of ``m`` nodes each, as ``[b, m]``."""
-    if weight is None:
-        return torch.full((b, m), 1.0 / m, device=like.device)
-    w = weight.to(torch.promote_types(weight.dtype, torch.float32)).view(b, m)
-    return w / w.sum(1, keepdim=True)
 
 
 def _check_enough_nodes(count, k, present) -> None:

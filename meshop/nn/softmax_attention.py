@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from meshop.nn.galerkin_attention import HeadAttention, log_weight_mask
+from meshop.nn.head_attention import HeadAttention
+from meshop.nn.quadrature import log_weight_mask
 
 
 class SoftmaxAttention(HeadAttention):
