@@ -11,8 +11,6 @@ from torch.profiler import ProfilerActivity, profile
 from meshop.data import grid_points
 from meshop.errors import ConfigError
 from meshop.nn import LocalPositionAttention, PositionAttention
-from meshop.nn.local_position_attention import _Aggregate
-from meshop.nn.position_attention import positive_lambda
 
 # ---------------------------------------------------------------- dense references (tests only)
 
@@ -318,30 +316,6 @@ def test_local_attention_with_an_empty_receptive_field_gives_zeros():
     assert torch.equal(out, torch.zeros(1, 8))
 
 
-def csr_edges(num_dst, num_src, seed=0):
-    """A random edge set [2, E] in CSR order (by target, then source), target 2 without edges."""
-    mask = torch.rand(num_dst, num_src, generator=torch.Generator().manual_seed(seed)) < 0.4
-    mask[2] = False
-    return mask.nonzero().t()
-
-
-def test_sparse_aggregation_matches_the_message_sum_and_passes_gradcheck():
-    num_dst, num_src, heads, width = 5, 7, 2, 3
-    index = csr_edges(num_dst, num_src)
-    generator = torch.Generator().manual_seed(1)
-    alpha = torch.rand(index.shape[1], heads, generator=generator, dtype=torch.float64)
-    v = torch.randn(num_src, heads, width, generator=generator, dtype=torch.float64)
-    out = _Aggregate.apply(alpha, v, index, num_dst)
-    messages = alpha[:, :, None] * v[index[1]]  # [E, H, C]: what the aggregation avoids building
-    expected = torch.zeros(num_dst, heads, width, dtype=torch.float64).index_add_(
-        0, index[0], messages
-    )
-    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
-    alpha.requires_grad_(True)
-    v.requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda a, w: _Aggregate.apply(a, w, index, num_dst), (alpha, v))
-
-
 def test_local_attention_gradients_match_the_dense_reference():
     """Gradients with respect to lambda, W^V, the features and both meshes' coordinates, against
     autograd through the dense masked softmax of eq. (10), in float64."""
@@ -429,22 +403,6 @@ def test_gradients_reach_lambda_and_the_value_projection(layer):
     layer(x, pos_src, pos_dst=pos_dst).square().sum().backward()
     for grad in (layer.theta.grad, layer.lin_v.weight.grad):
         assert grad is not None and torch.isfinite(grad).all() and (grad != 0).all()
-
-
-def test_lambda_parameterizations_are_non_negative_and_start_alike():
-    theta = torch.linspace(-10, 10, 101)
-    for param in ("tan", "softplus", "square"):
-        lam = positive_lambda(theta, param)
-        assert torch.isfinite(lam).all() and (lam >= 0).all()
-    expected = torch.tan(0.25 * math.pi * (1 - 1e-7) * (1 + torch.sin(theta)))
-    torch.testing.assert_close(positive_lambda(theta, "tan"), expected)
-    start = []
-    for param in ("tan", "softplus", "square"):
-        torch.manual_seed(3)
-        start.append(PositionAttention(4, 8, heads=8, lambda_param=param).lam.detach())
-    torch.testing.assert_close(start[1], start[0])
-    torch.testing.assert_close(start[2], start[0])
-    assert ((start[0] >= 1.0) & (start[0] <= 11.0)).all()  # the authors' U(0, 1) init of theta
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,15 @@
 
 Every function returns an edge index [2, E]: row 0 indexes the target (``pos_dst``) nodes, row 1
 the source (``pos_src``) nodes, and only pairs from the same sample (equal batch value) appear.
-Edges are grouped by target.
+Edges are grouped by target. In a periodic box (:func:`periodic_neighbor_index`) distances are
+minimum-image ones (:func:`minimum_image`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -327,6 +330,16 @@ def _row_quantile(dist, row, found, below, frac, count) -> torch.Tensor:
     return torch.lerp(lo, hi, frac)
 
 
+def _check_one_field(quantile, k, radius) -> None:
+    given = [
+        name for name, v in (("quantile", quantile), ("k", k), ("radius", radius)) if v is not None
+    ]
+    if len(given) != 1:
+        raise ConfigError(
+            f"give exactly one of quantile=, k=, radius= for a local receptive field (got {given})"
+        )
+
+
 def neighbor_index(
     pos_src,
     pos_dst,
@@ -339,15 +352,143 @@ def neighbor_index(
     max_num_neighbors: int = 1024,
 ) -> torch.Tensor:
     """One entry point for the three receptive fields: give exactly one of quantile, k, radius."""
-    given = [
-        name for name, v in (("quantile", quantile), ("k", k), ("radius", radius)) if v is not None
-    ]
-    if len(given) != 1:
-        raise ConfigError(
-            f"give exactly one of quantile=, k=, radius= for a local receptive field (got {given})"
-        )
+    _check_one_field(quantile, k, radius)
     if quantile is not None:
         return quantile_index(pos_src, pos_dst, quantile, batch_src, batch_dst)
     if k is not None:
         return knn_index(pos_src, pos_dst, k, batch_src, batch_dst)
     return radius_index(pos_src, pos_dst, radius, batch_src, batch_dst, max_num_neighbors)
+
+
+# --- periodic boxes ----------------------------------------------------------------------------
+
+
+def box_lengths(periodic, dim: int, like: torch.Tensor) -> torch.Tensor:
+    """The period of every axis as a tensor [dim] (0 on open axes)."""
+    if not isinstance(periodic, Sequence):
+        return like.new_full((dim,), float(periodic))
+    if len(periodic) != dim:
+        raise ConfigError(
+            f"periodic gives {len(periodic)} box lengths for {dim}D coordinates; give one per axis "
+            f"(None for an open axis) or a single length"
+        )
+    return like.new_tensor([0.0 if length is None else length for length in periodic])
+
+
+def minimum_image(delta: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
+    """Minimum-image displacement: each periodic component of ``delta`` [..., dim] is wrapped
+    into ``[-L/2, L/2]`` by ``delta - L * round(delta / L)``; components with ``L == 0`` stay."""
+    periodic = box > 0
+    wrapped = delta - box * torch.round(delta / torch.where(periodic, box, torch.ones_like(box)))
+    return torch.where(periodic, wrapped, delta)
+
+
+def periodic_neighbor_index(
+    pos_src,
+    pos_dst,
+    periodic,
+    batch_src=None,
+    batch_dst=None,
+    *,
+    quantile: float | None = None,
+    k: int | None = None,
+    radius: float | None = None,
+    max_num_neighbors: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`neighbor_index` in a periodic box, with minimum-image distances.
+
+    Coordinates are wrapped into the box, the sources are tiled into their :math:`3^p` images
+    (``p`` periodic axes), neighbours are found among the images and mapped back to their source,
+    keeping the nearest image of each. This equals the dense minimum-image receptive field
+    whenever that field's radius is below half the shortest period (a wider field ranks the
+    farther images of a source too). A quantile is rescaled so that its rank among the images
+    equals that of ``quantile`` among the sources.
+
+    Args:
+        periodic: one box length for every axis, or one per axis (``None`` for an open axis).
+
+    Returns:
+        The edge index [2, E] (row 0 target, row 1 source) sorted by target, then source, and the
+        squared minimum-image distance of every edge [E].
+    """
+    _check_one_field(quantile, k, radius)
+    dim, n_src = pos_src.shape[1], len(pos_src)
+    box = box_lengths(periodic, dim, pos_src)
+    is_periodic = box > 0
+    safe_box = torch.where(is_periodic, box, torch.ones_like(box))
+
+    def wrap(pos):
+        return torch.where(is_periodic, pos - safe_box * torch.floor(pos / safe_box), pos)
+
+    pos_src, pos_dst = wrap(pos_src), wrap(pos_dst)
+    shifts = [(-1.0, 0.0, 1.0) if p else (0.0,) for p in is_periodic.tolist()]
+    offsets = pos_src.new_tensor(list(itertools.product(*shifts))) * box  # [3^p, D]
+    copies = len(offsets)
+    tiled = (pos_src[None] + offsets[:, None]).reshape(-1, dim)  # [3^p N_src, D]
+    if batch_src is None:
+        batch_src = torch.zeros(n_src, dtype=torch.long, device=pos_src.device)
+    if batch_dst is None:
+        batch_dst = torch.zeros(len(pos_dst), dtype=torch.long, device=pos_dst.device)
+    tiled_batch = batch_src.repeat(copies)
+    if quantile is not None:
+        index = _tiled_quantile_index(tiled, pos_dst, tiled_batch, batch_dst, copies, quantile)
+    else:
+        # the neighbour search wants each sample's nodes contiguous: the copies of a batch
+        # of several samples are not, so search them in sample order and map back
+        order = torch.argsort(tiled_batch, stable=True)
+        index = neighbor_index(
+            tiled[order],
+            pos_dst,
+            tiled_batch[order],
+            batch_dst,
+            k=k,
+            radius=radius,
+            max_num_neighbors=max_num_neighbors,
+        )
+        index = torch.stack([index[0], order[index[1]]])
+    dist = squared_distance(tiled, pos_dst, index)
+    index = torch.stack([index[0], index[1] % n_src])
+    return _nearest_image(index, dist, len(pos_dst), n_src)
+
+
+def _tiled_quantile_index(tiled, pos_dst, tiled_batch, batch_dst, copies, q) -> torch.Tensor:
+    """Quantile receptive fields over the images, one sample at a time, with the quantile
+    rescaled so that its rank among ``copies * n`` images equals that of ``q`` among ``n``."""
+    parts = []
+    for b in torch.unique(batch_dst).tolist():
+        src = (tiled_batch == b).nonzero().view(-1)
+        dst = (batch_dst == b).nonzero().view(-1)
+        if len(src) == 0:
+            continue
+        q_tiled = _rescaled_quantile(q, len(src) // copies, len(src))
+        index = neighbor_index(tiled[src], pos_dst[dst], quantile=q_tiled)
+        parts.append(torch.stack([dst[index[0]], src[index[1]]]))
+    if not parts:
+        return torch.zeros(2, 0, dtype=torch.long, device=tiled.device)
+    return torch.cat(parts, dim=1)
+
+
+def _nearest_image(
+    index: torch.Tensor, dist: torch.Tensor, n_dst: int, n_src: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge edges that reach the same source through several images, keeping the nearest one;
+    edges come back sorted by target, then source."""
+    key = index[0] * n_src + index[1]
+    unique, inverse = torch.unique(key, return_inverse=True)
+    nearest = dist.new_full((len(unique),), float("inf")).scatter_reduce(
+        0, inverse, dist, reduce="amin"
+    )
+    return torch.stack([unique // n_src, unique % n_src]), nearest
+
+
+def _rescaled_quantile(q: float, n: int, n_tiled: int) -> float:
+    """A quantile over ``n_tiled`` values whose float32 rank ``q' (n_tiled - 1)`` equals the
+    float32 rank ``q (n - 1)`` that ``torch.quantile`` uses over ``n`` values."""
+    target = torch.tensor(q, dtype=torch.float32) * (n - 1)
+    q_tiled = target / max(n_tiled - 1, 1)
+    for _ in range(64):
+        rank = q_tiled * (n_tiled - 1)
+        if rank == target:
+            break
+        q_tiled = torch.nextafter(q_tiled, q_tiled + (target - rank).sign())
+    return float(q_tiled)

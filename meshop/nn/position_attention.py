@@ -1,160 +1,23 @@
-"""Global and cross position-attention (PiT eqs. (5), (6), (9); multi-head App. C.2)."""
+"""Global and cross position-attention (PiT eqs. (5), (6), (9); multi-head App. C.2).
+
+The shared base :class:`~meshop.nn.position_kernel.PositionKernel` lives in
+:mod:`meshop.nn.position_kernel`, the log-weights in :mod:`meshop.nn.quadrature` and the periodic
+distance in :mod:`meshop.data.neighbors`; their names are re-exported here for imports of this
+module's former contents.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from meshop.data.neighbors import equal_sizes, sample_slices
-from meshop.errors import ConfigError
+from meshop.data.neighbors import box_lengths, equal_sizes, minimum_image, sample_slices
 from meshop.nn.interface import check_inputs
-
-#: ways to keep each head's lambda positive (PiT App. C.1), see :func:`positive_lambda`
-LAMBDA_PARAMS = ("tan", "softplus", "square")
-
-_TAN_SCALE = 0.25 * math.pi * (1.0 - 1e-7)
-
-
-def positive_lambda(theta: Tensor, param: str) -> Tensor:
-    r"""The positive bandwidth :math:`\lambda` of each head from its free parameter :math:`\theta`.
-
-    - ``"tan"`` (PiT App. C.1 and the authors' code):
-      :math:`\lambda = \tan\big(\tfrac{\pi}{4}(1 - 10^{-7})(1 + \sin\theta)\big)`; the
-      argument stays in :math:`[0, \pi/2)`, so :math:`\lambda \in [0, \infty)` without
-      constrained optimisation.
-    - ``"softplus"``: :math:`\lambda = \log(1 + e^{\theta})`.
-    - ``"square"``: :math:`\lambda = \theta^2` (the paper's first option, Table 3).
-    """
-    if param == "tan":
-        return torch.tan(_TAN_SCALE * (1.0 + torch.sin(theta)))
-    if param == "softplus":
-        return F.softplus(theta)
-    return theta.square()
-
-
-def init_lambda_theta(theta: Tensor, param: str) -> None:
-    r"""Initialise ``theta`` in place so that every parameterization starts from the same
-    :math:`\lambda` distribution: the authors' ``theta ~ U(0, 1)`` pushed through the ``"tan"``
-    form, i.e. :math:`\lambda \in [1, 10.9]` (attention mostly within distance
-    :math:`1/\sqrt{\lambda}` of a target, App. D)."""
-    with torch.no_grad():
-        theta.uniform_(0.0, 1.0)
-        if param == "tan":
-            return
-        lam = positive_lambda(theta, "tan")
-        theta.copy_(torch.log(torch.expm1(lam)) if param == "softplus" else lam.sqrt())
-
-
-def check_lambda_param(param: str) -> str:
-    if param not in LAMBDA_PARAMS:
-        raise ConfigError(
-            f"unknown lambda parameterization {param!r}; choose one of {list(LAMBDA_PARAMS)}"
-        )
-    return param
-
-
-def check_periodic(periodic) -> float | tuple[float | None, ...] | None:
-    """Validate a ``periodic`` argument: ``None``, one box length for every axis, or one entry per
-    axis (``None`` for an open axis)."""
-    if periodic is None:
-        return None
-    lengths = [periodic] if not isinstance(periodic, Sequence) else list(periodic)
-    for length in lengths:
-        if length is not None and not (float(length) > 0 and math.isfinite(float(length))):
-            raise ConfigError(
-                f"periodic box lengths must be positive and finite (None for an open axis), "
-                f"got {periodic!r}"
-            )
-    if not isinstance(periodic, Sequence):
-        return float(periodic)
-    return tuple(None if length is None else float(length) for length in periodic)
-
-
-def box_lengths(periodic, dim: int, like: Tensor) -> Tensor:
-    """The period of every axis as a tensor [dim] (0 on open axes)."""
-    if not isinstance(periodic, Sequence):
-        return like.new_full((dim,), float(periodic))
-    if len(periodic) != dim:
-        raise ConfigError(
-            f"periodic gives {len(periodic)} box lengths for {dim}D coordinates; give one per axis "
-            f"(None for an open axis) or a single length"
-        )
-    return like.new_tensor([0.0 if length is None else length for length in periodic])
-
-
-def log_weight(weight: Tensor | None, like: Tensor) -> Tensor | None:
-    """``log w`` of quadrature weights [N] in the dtype of ``like`` (at least float32), a zero
-    weight giving a very negative finite value (its node then adds nothing to the softmax, and a
-    sample whose weights are all zero falls back to equal weights); ``None`` stays ``None``."""
-    if weight is None:
-        return None
-    dtype = torch.promote_types(like.dtype, torch.float32)
-    weight = weight.to(dtype)
-    if bool((weight < 0).any()) or not bool(torch.isfinite(weight).all()):
-        raise ConfigError(
-            "quadrature weights must be finite and >= 0 (the measure of each node's cell); got "
-            f"min {float(weight.min())}, max {float(weight.max())}"
-        )
-    return weight.clamp_min(torch.finfo(dtype).tiny).log()
-
-
-def _add_log_weight(k: Tensor, log_w: Tensor | None) -> Tensor:
-    """Keys ``[..., N_src, D + 1]`` with ``log w`` added to the last component: the queries'
-    last component is 1, so every logit gains ``log w_k`` and the softmax becomes
-    ``w_k e^{s_k} / sum_j w_j e^{s_j}`` (exact)."""
-    if log_w is None:
-        return k
-    return torch.cat([k[..., :-1], k[..., -1:] + log_w.to(k.dtype)[..., None]], dim=-1)
-
-
-def minimum_image(delta: Tensor, box: Tensor) -> Tensor:
-    """Minimum-image displacement: each periodic component of ``delta`` [..., dim] is wrapped
-    into ``[-L/2, L/2]`` by ``delta - L * round(delta / L)``; components with ``L == 0`` stay."""
-    periodic = box > 0
-    wrapped = delta - box * torch.round(delta / torch.where(periodic, box, torch.ones_like(box)))
-    return torch.where(periodic, wrapped, delta)
-
-
-class PositionKernel(nn.Module):
-    r"""What every position-attention layer shares: the value projection :math:`W^V` (no bias,
-    ``heads`` blocks of ``out_channels / heads``), one bandwidth :math:`\lambda^h > 0` per head
-    kept positive by ``lambda_param``, and the optional periodic box."""
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        heads: int = 2,
-        lambda_param: str = "tan",
-        periodic: float | Sequence[float | None] | None = None,
-    ):
-        super().__init__()
-        if heads < 1 or out_channels % heads != 0:
-            raise ConfigError(
-                f"out_channels ({out_channels}) must be a positive multiple of heads ({heads})"
-            )
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.heads = heads
-        self.head_channels = out_channels // heads
-        self.lambda_param = check_lambda_param(lambda_param)
-        self.periodic = check_periodic(periodic)
-        self.lin_v = nn.Linear(in_channels, out_channels, bias=False)
-        self.theta = nn.Parameter(torch.empty(heads))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        self.lin_v.reset_parameters()
-        init_lambda_theta(self.theta, self.lambda_param)
-
-    @property
-    def lam(self) -> Tensor:
-        """The positive bandwidth of each head, [H]."""
-        return positive_lambda(self.theta, self.lambda_param)
+from meshop.nn.position_kernel import LAMBDA_PARAMS, PositionKernel, positive_lambda
+from meshop.nn.quadrature import add_log_weight, log_weight
 
 
 class PositionAttention(PositionKernel):
@@ -288,7 +151,7 @@ class PositionAttention(PositionKernel):
         q = F.pad(torch.cat([x, torch.ones_like(x[:, :1])], dim=1), (0, size - dim - 1))
         q = q.expand(heads, -1, -1)  # [H, N_dst, P]
         k = torch.cat([2.0 * y, -y.square().sum(1, keepdim=True)], dim=1)  # [N_src, D + 1]
-        k = _add_log_weight(lam.view(heads, 1, 1) * k, log_w)
+        k = add_log_weight(lam.view(heads, 1, 1) * k, log_w)
         k = F.pad(k, (0, size - dim - 1))  # [H, N_src, P]
         v = F.pad(v.transpose(0, 1), (0, size - width))  # [H, N_src, P]
         dtype = v.dtype
@@ -323,7 +186,7 @@ class PositionAttention(PositionKernel):
         # queries and keys keep the width D + 1 of the augmented coordinates (no padding)
         q = torch.cat([x, torch.ones_like(x[..., :1])], dim=-1).expand(heads, -1, -1)
         k = torch.cat([2.0 * y, -y.square().sum(-1, keepdim=True)], dim=-1)  # [1, N_src, D + 1]
-        k = _add_log_weight(lam.view(heads, 1, 1) * k, None if log_w is None else log_w[0])
+        k = add_log_weight(lam.view(heads, 1, 1) * k, None if log_w is None else log_w[0])
         values = v.permute(2, 1, 0, 3).reshape(1, heads, n_src, b * width)
         dtype = values.dtype
         out = F.scaled_dot_product_attention(
@@ -343,7 +206,7 @@ class PositionAttention(PositionKernel):
         q = F.pad(q, (0, size - dim - 1))[:, None].expand(b, heads, -1, -1)
         k = torch.cat([2.0 * y, -y.square().sum(-1, keepdim=True)], dim=-1)  # [B', N_src, D + 1]
         k = lam.view(1, heads, 1, 1) * k[:, None]  # [B', H, N_src, D + 1]
-        k = _add_log_weight(k, None if log_w is None else log_w[:, None])
+        k = add_log_weight(k, None if log_w is None else log_w[:, None])
         k = F.pad(k, (0, size - dim - 1)).expand(b, heads, -1, -1)
         values = F.pad(v.transpose(1, 2), (0, size - width))  # [B, H, N_src, P]
         dtype = values.dtype
@@ -381,6 +244,8 @@ class PositionAttention(PositionKernel):
 __all__ = [
     "LAMBDA_PARAMS",
     "PositionAttention",
+    "PositionKernel",
+    "box_lengths",
     "log_weight",
     "minimum_image",
     "positive_lambda",
