@@ -8,8 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from meshop.nn import CiNNDown, CiNNUp, SpectralRegressor
-from meshop.nn.grid import SpectralConv
+from meshop.nn import CiNNDown, CiNNUp, SpectralConv, SpectralRegressor
 
 
 def interpolation_matrix(n_out: int, n_in: int) -> torch.Tensor:

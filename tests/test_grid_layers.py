@@ -1,24 +1,16 @@
-"""Uniform-grid machinery of the Galerkin Transformer: CiNN (Appendix B), spectral convolution and
-regressor, grid views of node features."""
+"""Uniform-grid layers of the Galerkin Transformer: CiNN (Appendix B), spectral convolution and
+regressor (the grid views of node features: test_data_grid.py)."""
 
 import math
 
 import pytest
 import torch
 
-from meshop.data import from_points, grid_points, make_loader, uniform_grid
+from meshop.data import from_points
+from meshop.data.grid import grid_tensor
 from meshop.errors import MeshError
-from meshop.nn.grid import (
-    CiNNDown,
-    CiNNUp,
-    SpectralConv,
-    SpectralRegressor,
-    grid_tensor,
-    interpolate_grid,
-    middle_shape,
-    node_tensor,
-    sample_grid,
-)
+from meshop.nn import CiNNDown, CiNNUp, SpectralConv, SpectralRegressor
+from meshop.nn.cinn import middle_shape
 
 
 def num_params(module):
@@ -43,16 +35,6 @@ def test_cinn_down_stacks_three_convs_to_d_channels():
     for block in (down.lift, *down.convs):
         conv = block[0]
         assert conv.kernel_size == (3, 3) and conv.padding == (1, 1) and conv.bias is None
-
-
-def test_interpolation_between_grids_reproduces_linear_fields_exactly():
-    """align_corners=True matches grid_points, which include the box corners."""
-    fine, coarse = (29, 17), (9, 6)
-    f = lambda p: 1.0 + 2.0 * p[:, 0] - 3.0 * p[:, 1]  # noqa: E731
-    values = f(grid_points(fine)).view(1, 1, *fine)
-    torch.testing.assert_close(
-        interpolate_grid(values, coarse).flatten(), f(grid_points(coarse)), atol=1e-6, rtol=0
-    )
 
 
 def periodic_grid(n):
@@ -104,38 +86,12 @@ def test_spectral_regressor_shapes_1d_and_2d():
     assert reg1.convs[0].in_channels == 8 + 1  # coordinates appended
 
 
-def test_grid_tensor_round_trip_follows_grid_node_order():
-    data = [uniform_grid((3, 4), x=torch.randn(12, 2)) for _ in range(2)]
-    batch = next(iter(make_loader(data, batch_size=2)))
-    g = grid_tensor(batch.x, batch)
-    assert g.shape == (2, 2, 3, 4)
-    torch.testing.assert_close(g[1, :, 2, 1], data[1].x[2 * 4 + 1])
-    torch.testing.assert_close(node_tensor(g), batch.x)
-
-
 def test_grid_layers_refuse_domains_without_grid_shape():
     cloud = from_points(torch.rand(12, 2), x=torch.randn(12, 1))
     with pytest.raises(MeshError, match="mesh path"):
         grid_tensor(cloud.x, cloud)
     with pytest.raises(MeshError, match="mesh path"):
         CiNNDown(1, 6)(torch.randn(1, 1, 12), (4,))
-
-
-@pytest.mark.parametrize("dim", [1, 2])
-def test_sample_grid_is_exact_for_multilinear_fields_per_sample(dim):
-    shapes, boxes = [(9,) * dim, (9,) * dim], [[(0.0, 1.0)] * dim, [(-1.0, 3.0)] * dim]
-    f = lambda p, s: s + p.sum(-1) + (p.prod(-1) if dim == 2 else 0)  # noqa: E731
-    pos = torch.stack([grid_points(sh, bx).T.reshape(dim, *sh) for sh, bx in zip(shapes, boxes)])
-    field = torch.stack([f(pos[b].flatten(1).T, b).view(1, *shapes[b]) for b in range(2)])
-    g = torch.Generator().manual_seed(0)
-    q = [
-        torch.rand(5 + b, dim, generator=g) * (hi - lo) + lo
-        for b, ((lo, hi), *_) in enumerate(boxes)
-    ]
-    query_batch = torch.tensor([0] * 5 + [1] * 6)
-    out = sample_grid(field, pos, torch.cat(q), query_batch)
-    expected = torch.cat([f(q[b], b) for b in range(2)])[:, None]
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
 def smooth_field(n, channels=3):

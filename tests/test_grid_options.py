@@ -1,22 +1,16 @@
 """The grid layers' options and edge cases: dropout only where asked, CiNN without skip
 connections, SpectralConv's kept modes on grids smaller than its modes (against explicit Fourier
-sums) and its argument checks, interpolation and point sampling on 1D and 3D grids, one sample
-without a batch vector, points outside the box."""
+sums) and its argument checks (interpolation and point sampling: test_data_grid.py)."""
 
 import itertools
 
 import pytest
 import torch
 
+from meshop.data.grid import interpolate_grid
 from meshop.errors import ConfigError, MeshError
-from meshop.nn import CiNNDown, CiNNUp, SpectralRegressor
-from meshop.nn.grid import SpectralConv, interpolate_grid, sample_grid
-
-
-def unit_grid(*shape: int) -> torch.Tensor:
-    """``[1, dim, *shape]`` coordinates of a uniform grid over the unit box."""
-    axes = torch.meshgrid(*(torch.linspace(0, 1, n) for n in shape), indexing="ij")
-    return torch.stack(axes)[None]
+from meshop.nn import CiNNDown, CiNNUp, SpectralConv, SpectralRegressor
+from tests.test_data_grid import unit_grid
 
 
 def layers(dropout: float):
@@ -140,32 +134,3 @@ def test_grid_layers_say_which_layer_and_which_choices():
     for layer, name in ((CiNNDown(2, 3), "CiNNDown"), (CiNNUp(3), "CiNNUp")):
         with pytest.raises(MeshError, match=rf"^{name} works on 2D uniform grids"):
             layer(torch.zeros(1, 3, 5), (3,))
-
-
-@pytest.mark.parametrize("shape", [(7,), (4, 5, 6)])
-def test_interpolation_reproduces_linear_fields_on_1d_and_3d_grids(shape):
-    pos = unit_grid(*shape)
-    field = 1 + pos.sum(1, keepdim=True) + 2 * pos[:, :1]
-    size = tuple(2 * n - 1 for n in shape)
-    finer = unit_grid(*size)
-    assert torch.allclose(interpolate_grid(field, size), 1 + finer.sum(1, keepdim=True)
-                          + 2 * finer[:, :1], atol=1e-5)  # fmt: skip
-
-
-def test_sample_grid_one_sample_without_a_batch_vector_and_outside_the_box():
-    pos = unit_grid(5, 4)
-    field = torch.cat([3 * pos[:, :1] - pos[:, 1:], pos[:, :1] * pos[:, 1:]], dim=1)
-    query = torch.tensor([[0.3, 0.6], [0.5, 0.5], [1.5, 0.25], [-1.0, 2.0]])
-    got = sample_grid(field, pos, query)
-    inside = query.clamp(0, 1)  # outside the box: the border value
-    expected = torch.stack([3 * inside[:, 0] - inside[:, 1], inside[:, 0] * inside[:, 1]], -1)
-    assert torch.allclose(got, expected, atol=1e-6)
-    assert torch.equal(got, sample_grid(field, pos, query, torch.zeros(4, dtype=torch.long)))
-
-
-def test_sample_grid_on_a_batch_whose_last_sample_has_no_points():
-    pos = unit_grid(5, 4).expand(2, -1, -1, -1)
-    field = torch.stack([pos[0, 0], 2 * pos[1, 1]])[:, None]
-    query = torch.tensor([[0.25, 0.5], [0.75, 0.0]])
-    got = sample_grid(field, pos, query, torch.zeros(2, dtype=torch.long))
-    assert torch.allclose(got[:, 0], query[:, 0], atol=1e-6)

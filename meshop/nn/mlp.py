@@ -66,4 +66,11 @@ class MLP(nn.Module):
         return f"channels={self.channels}, act={self.act_name!r}"
 
 
-__all__ = ["ACTIVATIONS", "MLP"]
+def check_activation(activation: str) -> str:
+    """``activation`` if it is a key of :data:`ACTIVATIONS`, else a :class:`ConfigError`."""
+    if activation not in ACTIVATIONS:
+        raise ConfigError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+    return activation
+
+
+__all__ = ["ACTIVATIONS", "MLP", "check_activation"]
