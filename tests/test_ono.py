@@ -10,7 +10,7 @@ from meshop._pyg import Batch
 from meshop.data import from_points, make_loader, node_features
 from meshop.errors import ConfigError
 from meshop.models import ONO
-from meshop.models.ono import FEATURE_ATTENTIONS
+from meshop.nn.blocks.ono_blocks import FEATURE_ATTENTIONS
 from meshop.train import TrainConfig, load_model, train
 from meshop.train.checkpoint import CHECKPOINT_NAME
 from meshop.train.losses import relative_l2
@@ -260,7 +260,7 @@ def _stream(n=9, width=6, seed=0):
 
 
 def test_feature_block_defaults_and_its_two_residual_updates_of_eq3():
-    from meshop.models.ono import FeatureBlock
+    from meshop.nn import FeatureBlock
 
     block = FeatureBlock(16, 2)
     assert type(block.attn) is FEATURE_ATTENTIONS["galerkin"]
@@ -275,7 +275,7 @@ def test_feature_block_defaults_and_its_two_residual_updates_of_eq3():
 
 
 def test_solution_block_is_eq6_with_the_quadrature_weights():
-    from meshop.models.ono import SolutionBlock
+    from meshop.nn import SolutionBlock
 
     torch.manual_seed(0)
     block = SolutionBlock(6, 3, k=4).eval()
@@ -297,7 +297,7 @@ def test_repr_names_the_configuration():
 
 
 def test_solution_block_and_ono_defaults_and_options_reach_the_attention():
-    from meshop.models.ono import FeatureBlock, SolutionBlock
+    from meshop.nn import FeatureBlock, SolutionBlock
 
     def options(block):
         a = block.attn
@@ -331,7 +331,7 @@ def test_every_size_must_be_positive_and_one_layer_is_enough(zero):
 
 
 def test_the_feature_attentions_layer_norms_are_on_by_default_and_can_be_switched_off():
-    from meshop.models.ono import FeatureBlock
+    from meshop.nn import FeatureBlock
 
     assert FeatureBlock(16, 2).attn.layer_norm is True
     assert len(FeatureBlock(16, 2).attn.norms) > 0
@@ -340,7 +340,7 @@ def test_the_feature_attentions_layer_norms_are_on_by_default_and_can_be_switche
 
 
 def test_a_solution_block_without_hidden_layer_is_one_linear_map():
-    from meshop.models.ono import SolutionBlock
+    from meshop.nn import SolutionBlock
 
     assert [lin.out_features for lin in SolutionBlock(6, 3, hidden=False).ffn.lins] == [3]
 

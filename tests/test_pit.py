@@ -169,7 +169,7 @@ def test_fits_a_simple_operator_on_irregular_point_clouds():
 def test_pit_block_defaults_and_lambda_param_reach_every_attention():
     """PiTBlock's defaults (2 heads, the paper's tan parameterisation); PiT's lambda_param and
     weighting reach the encoder, decoder and every block."""
-    from meshop.models.pit import PiTBlock
+    from meshop.nn import PiTBlock
 
     block = PiTBlock(8)
     assert (block.attn.heads, block.attn.lambda_param) == (2, "tan")
@@ -187,23 +187,6 @@ def test_a_field_given_twice_names_the_stage():
         "give the encoder one receptive field: encoder_quantile, encoder_k or encoder_radius "
         "(got {'k': 3, 'radius': 0.1})"
     )
-
-
-def test_pit_weights_of_the_three_node_sets():
-    from meshop.models.pit import pit_weights
-
-    torch.manual_seed(0)
-    data = from_points(torch.rand(30, 2), x=torch.rand(30), y=torch.rand(30))
-    data.weight = torch.rand(30) + 0.5
-    weight, latent, query = pit_weights(data)
-    assert weight is data.weight and latent is data.weight and query is data.weight
-    add_latent_mesh(data, 8)
-    data.query_pos = torch.rand(5, 2)
-    weight, latent, query = pit_weights(data)
-    assert query is None and latent.shape == (8,)
-    torch.testing.assert_close(latent.sum(), data.weight.sum())  # lumped, nothing lost
-    del data.weight
-    assert pit_weights(data) == (None, None, None)
 
 
 def test_the_decoder_blocks_weight_the_query_nodes_of_the_mesh():

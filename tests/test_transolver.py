@@ -214,7 +214,7 @@ def test_meshop_train_transolver_under_torchrun_matches_one_process(mesh_folder,
 
 
 def test_block_defaults_and_its_two_residual_updates():
-    from meshop.models.transolver import TransolverBlock
+    from meshop.nn import TransolverBlock
 
     block = TransolverBlock(16)
     assert (block.attn.heads, block.attn.slices, block.attn.dropout) == (8, 64, 0.0)
@@ -262,7 +262,7 @@ def test_every_size_must_be_positive_and_one_head_is_enough(zero):
 
 
 def test_the_options_reach_every_block_and_the_config():
-    from meshop.models.transolver import TransolverBlock
+    from meshop.nn import TransolverBlock
 
     block = TransolverBlock(6, heads=2, slices=3, dropout=0.25)
     assert (block.attn.heads, block.attn.slices, block.attn.dropout) == (2, 3, 0.25)

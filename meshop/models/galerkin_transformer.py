@@ -17,21 +17,15 @@ from meshop.data.batching import (
     num_samples,
     query_nodes,
 )
+from meshop.data.grid import grid_tensor, interpolate_grid, node_tensor, sample_grid
 from meshop.data.latent import coarse_shape as divided_shape
 from meshop.errors import ConfigError
-from meshop.nn.encoder import NORMS, GalerkinEncoderLayer, check_attention
-from meshop.nn.grid import (
-    CiNNDown,
-    CiNNUp,
-    SpectralRegressor,
-    grid_tensor,
-    interpolate_grid,
-    node_tensor,
-    sample_grid,
-)
+from meshop.nn.blocks.galerkin_encoder_layer import NORMS, GalerkinEncoderLayer, check_attention
+from meshop.nn.cinn import CiNNDown, CiNNUp
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import ACTIVATIONS, MLP
 from meshop.nn.position_attention import PositionAttention
+from meshop.nn.spectral_regressor import SpectralRegressor
 
 #: Table 5 sizes, the defaults for 1D (Burgers) and 2D (Darcy) domains
 PAPER_SIZES = {

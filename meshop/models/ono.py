@@ -8,131 +8,13 @@ from torch import Tensor, nn
 from meshop._pyg import Data
 from meshop.data.batching import nodes_with_queries
 from meshop.errors import ConfigError
-from meshop.nn.galerkin_attention import FourierAttention, GalerkinAttention
-from meshop.nn.linear_attention import LinearAttention
+from meshop.nn.blocks.ono_blocks import (
+    FEATURE_ATTENTIONS,
+    FeatureBlock,
+    SolutionBlock,
+    trunc_normal_linears,
+)
 from meshop.nn.mlp import MLP
-from meshop.nn.orthogonal_attention import OrthogonalAttention
-from meshop.nn.softmax_attention import SoftmaxAttention
-
-#: self-attention layers of the feature stream, by name (all order-independent)
-FEATURE_ATTENTIONS = {
-    "galerkin": GalerkinAttention,
-    "linear": LinearAttention,
-    "softmax": SoftmaxAttention,
-    "fourier": FourierAttention,
-}
-
-
-class FeatureBlock(nn.Module):
-    r"""Pre-LN transformer block of ONO's feature stream (ONO eq. (3)).
-
-    .. math::
-        \tilde g = g + \mathrm{Attn}(\mathrm{LN}(g)), \qquad
-        g \leftarrow \tilde g + \mathrm{FFN}(\mathrm{LN}(\tilde g)),
-
-    with any self-attention of :data:`FEATURE_ATTENTIONS` (quadrature-weighted, per sample) and a
-    two-layer GELU FFN.
-
-    Args:
-        width (int): feature width :math:`d'`.
-        pos_dim (int): coordinates appended to every attention head.
-        heads (int): attention heads.
-        attention (str): a key of :data:`FEATURE_ATTENTIONS`.
-        mlp_ratio (int): hidden width of the FFN in units of ``width``.
-        dropout (float): attention dropout (training only).
-        layer_norm (bool): the attention's per-head layer norms (the Galerkin Transformer's new
-            placement); ``False``: the raw projections, as in the authors' linear attention.
-
-    Shapes:
-        - input: ``g`` [N, d'], ``pos`` [N, pos_dim], ``batch`` [N], ``weight`` [N]
-        - output: [N, d']
-    """
-
-    def __init__(
-        self,
-        width,
-        pos_dim,
-        heads=8,
-        attention="galerkin",
-        mlp_ratio=1,
-        dropout=0.0,
-        layer_norm=True,
-    ):
-        super().__init__()
-        self.norm_attn = nn.LayerNorm(width)
-        self.attn = FEATURE_ATTENTIONS[attention](
-            width, pos_dim, heads=heads, layer_norm=layer_norm, dropout=dropout
-        )
-        self.norm_ffn = nn.LayerNorm(width)
-        self.ffn = MLP([width, mlp_ratio * width, width])
-
-    def reset_parameters(self) -> None:
-        for module in (self.norm_attn, self.attn, self.norm_ffn, self.ffn):
-            module.reset_parameters()
-        _trunc_normal(self.ffn)
-
-    def forward(self, g: Tensor, pos: Tensor, batch: Tensor, weight: Tensor) -> Tensor:
-        g = g + self.attn(self.norm_attn(g), pos, batch, weight)
-        return g + self.ffn(self.norm_ffn(g))
-
-
-class SolutionBlock(nn.Module):
-    r"""One stage of ONO's solution stream: orthogonal attention, residual, LN and FFN (eq. (6)).
-
-    .. math::
-        h \leftarrow \mathrm{FFN}\big(\mathrm{LN}(\psi\, \mathrm{diag}(\mu)\,
-        \langle \psi, h W_V \rangle + h)\big), \qquad \psi = \mathrm{ort}(g W_Q),
-
-    where :math:`g` is the feature stream after the same stage's :class:`FeatureBlock`. The last
-    stage's FFN maps to the output channels: it is the decoder :math:`\mathcal{P}` of eq. (2).
-
-    Args:
-        width (int): width :math:`d` of the solution stream (and of the feature stream).
-        out_channels (int): output width of the FFN.
-        k (int), value_projection (bool), orthonormalize (str), momentum (float),
-            inner_product (str): see :class:`~meshop.nn.OrthogonalAttention`.
-        mlp_ratio (int): hidden width of the FFN in units of ``width``.
-        hidden (bool): ``False`` makes the FFN a single linear layer (the authors' last stage).
-
-    Shapes:
-        - input: ``h`` [N, d], ``g`` [N, d], ``batch`` [N], ``weight`` [N]
-        - output: [N, out_channels]
-    """
-
-    def __init__(
-        self,
-        width,
-        out_channels,
-        k=8,
-        value_projection=True,
-        orthonormalize="sample",
-        momentum=0.1,
-        inner_product="mean",
-        mlp_ratio=1,
-        hidden=True,
-    ):
-        super().__init__()
-        self.attn = OrthogonalAttention(
-            width,
-            width,
-            k,
-            value_projection,
-            orthonormalize=orthonormalize,
-            momentum=momentum,
-            inner_product=inner_product,
-        )
-        self.norm = nn.LayerNorm(width)
-        self.ffn = MLP(
-            [width, mlp_ratio * width, out_channels] if hidden else [width, out_channels]
-        )
-
-    def reset_parameters(self) -> None:
-        for module in (self.attn, self.norm, self.ffn):
-            module.reset_parameters()
-        _trunc_normal(self.ffn)
-
-    def forward(self, h: Tensor, g: Tensor, batch: Tensor, weight: Tensor) -> Tensor:
-        return self.ffn(self.norm(self.attn(h, None, batch, weight, g=g) + h))
 
 
 class ONO(nn.Module):
@@ -301,7 +183,7 @@ class ONO(nn.Module):
         """Truncated-normal linear weights (std 0.02, as in the authors' code) in the encoder and
         the FFNs; the feature attention keeps its own initialisation."""
         self.encoder.reset_parameters()
-        _trunc_normal(self.encoder)
+        trunc_normal_linears(self.encoder)
         for block in [*self.feature_blocks, *self.solution_blocks]:
             block.reset_parameters()
 
@@ -324,12 +206,6 @@ class ONO(nn.Module):
             f"pos_dim={c['pos_dim']}, width={c['width']}, layers={c['layers']}, k={c['k']}, "
             f"feature_attention={c['feature_attention']!r}"
         )
-
-
-def _trunc_normal(mlp: MLP) -> None:
-    for lin in mlp.lins:
-        nn.init.trunc_normal_(lin.weight, std=0.02)
-        nn.init.zeros_(lin.bias)
 
 
 __all__ = ["FEATURE_ATTENTIONS", "ONO", "FeatureBlock", "SolutionBlock"]

@@ -8,52 +8,20 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from meshop._pyg import Data
-from meshop.data.batching import latent_nodes, node_batch, node_features, query_nodes
-from meshop.data.neighbors import knn_index
+from meshop.data.batching import (
+    latent_nodes,
+    node_batch,
+    node_features,
+    node_set_weights,
+    query_nodes,
+)
 from meshop.errors import ConfigError
+from meshop.nn.blocks.pit_block import PiTBlock
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
-from meshop.nn.position_attention import PositionAttention
 
-
-class PiTBlock(nn.Module):
-    r"""One processor block of PiT (Sec. 2.3; Table 9 "PosAtt MLP LINEAR GELU"):
-
-    .. math::
-        h = \sigma(\mathrm{PosAtt}(U; D)), \qquad U' = \sigma(\mathrm{MLP}(h) + \mathrm{Linear}(U)),
-
-    with :math:`\sigma` = GELU, global multi-head position-attention on the block's mesh, a
-    two-layer MLP (GELU between) and a linear skip. This is the paper's form; it reproduces the
-    parameter counts of Table 9 exactly.
-
-    Args:
-        width (int): feature width :math:`d_v`.
-        heads (int): attention heads.
-        lambda_param (str): parameterization of :math:`\lambda > 0`.
-        periodic (float or sequence, optional): periodic box lengths (minimum-image distance).
-
-    Shapes:
-        - input: :math:`(N, d_v)`, positions :math:`(N, D)`, batch :math:`(N)` or ``None``,
-          quadrature weights :math:`(N)` or ``None``
-        - output: :math:`(N, d_v)`
-    """
-
-    def __init__(self, width: int, heads: int = 2, lambda_param: str = "tan", periodic=None):
-        super().__init__()
-        self.attn = PositionAttention(width, width, heads, lambda_param, periodic)
-        self.mlp = MLP([width, width, width])
-        self.skip = nn.Linear(width, width)
-
-    def reset_parameters(self) -> None:
-        self.attn.reset_parameters()
-        self.mlp.reset_parameters()
-        self.skip.reset_parameters()
-
-    def forward(
-        self, u: Tensor, pos: Tensor, batch: Tensor | None = None, weight: Tensor | None = None
-    ) -> Tensor:
-        h = F.gelu(self.attn(u, pos, batch, weight))
-        return F.gelu(self.mlp(h) + self.skip(u))
+#: the former name of :func:`meshop.data.batching.node_set_weights`
+pit_weights = node_set_weights
 
 
 class PiT(nn.Module):
@@ -103,9 +71,10 @@ class PiT(nn.Module):
         periodic (float or sequence, optional): periodic box lengths; all distances become
             minimum-image distances.
         weighted (bool): every attention weights its source nodes by their quadrature weights
-            (:func:`pit_weights`), so that its sums are integrals over the domain, not over the
-            node density; ``False`` is the paper's form (equal weights). The PiT page of the
-            documentation compares the two on a graded and a uniform mesh.
+            (:func:`meshop.data.batching.node_set_weights`), so that its sums are integrals over
+            the domain, not over the node density; ``False`` is the paper's form (equal
+            weights). The PiT page of the documentation compares the two on a graded and a
+            uniform mesh.
 
     Shapes:
         - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``)
@@ -209,7 +178,9 @@ class PiT(nn.Module):
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
         query_pos, query_batch = query_nodes(data)
-        weight, latent_weight, query_weight = pit_weights(data) if self.weighted else (None,) * 3
+        weight, latent_weight, query_weight = (
+            node_set_weights(data) if self.weighted else (None,) * 3
+        )
         u = F.gelu(self.lift(features))
         u = F.gelu(
             self.encoder(u, pos, batch, weight, pos_dst=latent_pos, batch_dst=latent_batch)
@@ -231,32 +202,6 @@ class PiT(nn.Module):
             f"in_channels={c['in_channels']}, out_channels={c['out_channels']}, "
             f"pos_dim={c['pos_dim']}, width={c['width']}, heads={c['heads']}, blocks={c['blocks']}"
         )
-
-
-def pit_weights(data: Data) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """Quadrature weights of PiT's three node sets: ``(input mesh, latent mesh, query points)``.
-
-    The input mesh has the domain's ``data.weight``. A latent mesh that is the input mesh has the
-    same weights; any other latent mesh (farthest point sampling, a grid) gets, at each latent
-    node, the summed weight of the input nodes nearest to it (the measure of its Voronoi cell in
-    the domain, lumped), so latent nodes outside the domain weigh 0. Query points have the input
-    mesh's weights when they are the input mesh, else equal weights (``None``). Everything is
-    ``None`` when the data has no ``weight``.
-    """
-    weight = getattr(data, "weight", None)
-    if weight is None:
-        return None, None, None
-    pos, batch = data.pos, node_batch(data)
-    latent_pos, latent_batch = latent_nodes(data)
-    if latent_pos is pos:
-        latent_weight = weight
-    else:
-        nearest = knn_index(latent_pos, pos, 1, latent_batch, batch)  # [2, N]: input, latent
-        latent_weight = weight.new_zeros(len(latent_pos)).index_add_(
-            0, nearest[1], weight[nearest[0]]
-        )
-    query_weight = weight if getattr(data, "query_pos", None) is None else None
-    return weight, latent_weight, query_weight
 
 
 def _field(where: str, quantile, k, radius) -> dict:
