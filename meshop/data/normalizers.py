@@ -11,10 +11,12 @@ from meshop.errors import ConfigError
 
 
 class RunningMoments:
-    r"""Per-channel sums :math:`\sum u`, :math:`\sum u^2` and the row count, accumulated in
-    float64 chunk by chunk, so that a normaliser is fitted on data that never sit in memory at
-    once (one sample after the other). The result is exact, not an approximation: the same sums
-    as over all rows at once, so the same mean and std.
+    r"""Per-channel sums :math:`\sum (u - s)`, :math:`\sum (u - s)^2` and the row count,
+    accumulated in float64 chunk by chunk, so that a normaliser is fitted on data that never sit in
+    memory at once (one sample after the other). The result is exact, not an approximation: the
+    same sums as over all rows at once, so the same mean and std. The shift :math:`s` is the first
+    row seen: data far from zero (coordinates of a site at 5e6 m, 100 m across) would otherwise
+    lose the digits of their variance to the square of their mean.
 
     Args:
         channels: number of channels C.
@@ -24,6 +26,7 @@ class RunningMoments:
         self.channels = channels
         self.total = torch.zeros(channels, dtype=torch.float64)
         self.total_sq = torch.zeros(channels, dtype=torch.float64)
+        self.shift = torch.zeros(channels, dtype=torch.float64)
         self.count = 0
 
     def update(self, chunk: torch.Tensor) -> None:
@@ -31,14 +34,17 @@ class RunningMoments:
         chunk = chunk.detach().reshape(-1, chunk.shape[-1]).to(torch.float64).cpu()
         if chunk.shape[1] != self.channels:
             raise ConfigError(f"normaliser has {self.channels} channels, data has {chunk.shape[1]}")
+        if self.count == 0 and len(chunk):
+            self.shift = chunk[0].clone()
+        chunk = chunk - self.shift
         self.total += chunk.sum(0)
         self.total_sq += chunk.pow(2).sum(0)
         self.count += len(chunk)
 
     def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and (population) variance per channel, float64."""
-        mean = self.total / self.count
-        return mean, (self.total_sq / self.count - mean.pow(2)).clamp(min=0.0)
+        mean = self.total / self.count  # of u - shift
+        return self.shift + mean, (self.total_sq / self.count - mean.pow(2)).clamp(min=0.0)
 
 
 class GaussianNormalizer(nn.Module):
