@@ -1,5 +1,6 @@
 """meshop.train.data: latent meshes given to samples, lazy views, the shapes and field names a
-checkpoint stores, and the errors of data that does not fit a trained model (known answers)."""
+checkpoint stores, the errors of data that does not fit a trained model (known answers), and
+prepare_data, which readies a run's data in one call."""
 
 import pickle
 
@@ -9,7 +10,8 @@ from torch.utils.data import Dataset as TorchDataset
 
 from meshop._pyg import Data
 from meshop.data import add_latent_mesh
-from meshop.errors import FieldError, MeshError
+from meshop.errors import ConfigError, FieldError, MeshError
+from meshop.train.config import TrainConfig
 from meshop.train.data import (
     LatentMesh,
     PreparedSamples,
@@ -19,7 +21,9 @@ from meshop.train.data import (
     field_meta,
     is_lazy,
     prepare,
+    prepare_data,
 )
+from meshop.train.normalized import fit_normalizers
 
 
 def sample(n=30, x=1, y=2, params=None, seed=0):
@@ -209,3 +213,42 @@ def test_field_meta_is_what_a_checkpoint_stores():
     meta = field_meta(Names(input_names=["a"]), {"x_channels": 0, "out_channels": 1})
     assert meta["input_fields"] == [] and meta["input_names"] == []
     assert meta["target_fields"] == [["y", 1]] and meta["target_names"] == ["y"]
+
+
+def test_prepare_data_readies_a_run_in_one_call():
+    samples, tests = [sample(seed=i, params=1) for i in range(3)], [sample(seed=9, params=1)]
+    config = TrainConfig(latent_points=4, normalize_params=False, normalize_pos=True)
+    data = prepare_data(samples, tests, config, meta={"dataset": "mine", "target_names": ["s"]})
+    assert data.config is config and data.latent == LatentMesh(4)
+    assert data.info == describe(samples[0])
+    assert all(s.latent_pos.shape == (4, 2) for s in [*data.train_set, *data.test_set])
+    # the caller's meta first and kept, the field names of the samples filled in
+    assert list(data.meta)[:2] == ["dataset", "target_names"]
+    assert data.meta["target_names"] == ["s"] and data.meta["input_names"] == ["x"]
+    assert sorted(data.normalizers) == ["pos", "x", "y"]
+    fitted = fit_normalizers(samples, pos=True, params=False)
+    for key, normalizer in data.normalizers.items():
+        torch.testing.assert_close(normalizer.mean, fitted[key].mean)
+        torch.testing.assert_close(normalizer.std, fitted[key].std)
+    assert prepare_data(samples).test_set is None and prepare_data(samples).config == TrainConfig()
+
+
+def test_prepare_data_keeps_a_lazy_dataset_lazy_and_reads_it_once_to_fit():
+    lazy = Lazy()
+    data = prepare_data(lazy, lazy, TrainConfig(latent_points=4))
+    assert all(isinstance(split, PreparedSamples) for split in (data.train_set, data.test_set))
+    assert lazy.reads == [0, 0, 1, 2]  # the first sample described, then every sample fitted
+    assert data.meta["target_names"] == ["u", "v"]
+
+
+def test_prepare_data_refuses_an_empty_split_and_data_prepared_otherwise():
+    with pytest.raises(ConfigError, match="^the training split is empty$"):
+        prepare_data([])
+    data = prepare_data([sample()], None, TrainConfig(latent_points=4))
+    data.check_config(TrainConfig(latent_points=4, epochs=3))  # training fields may differ
+    with pytest.raises(ConfigError) as caught:
+        data.check_config(TrainConfig(latent_points=5, normalize_y=False))
+    assert str(caught.value) == (
+        "the data was prepared with latent_points=4, normalize_y=True, which this configuration "
+        "changes; prepare it with the configuration the run trains with"
+    )

@@ -16,7 +16,7 @@ from meshop.data import make_loader
 from meshop.errors import ConfigError
 from meshop.models.registry import build_model
 from meshop.train import Trainer, checkpoint, seed_everything, train
-from meshop.train.data import LatentMesh
+from meshop.train.data import LatentMesh, prepare_data
 from meshop.train.metrics import per_sample_errors
 from meshop.train.trainer import training_loss
 from tests.test_train import quiet, tiny_model, toy_samples
@@ -307,3 +307,38 @@ def test_the_global_batch_must_split_evenly_over_the_processes(monkeypatch):
     assert str(error.value) == (
         "batch_size 4 is the global batch and must be divisible by the number of processes (3)"
     )
+
+
+def test_a_trainer_given_prepared_data_trains_as_one_given_the_raw_splits(tmp_path):
+    """Prepared once, the data trains a model as the raw splits do, and a second model on the
+    same prepared data trains as if alone: the normalisers are copied, not shared."""
+    train_set, test_set = Named(toy_samples(6)), toy_samples(3, 1)
+    config = quiet(epochs=2, latent_points=5)
+    raw = Trainer(tiny_model(), train_set, test_set, config, tmp_path / "raw", {"dataset": "toy"})
+    raw.fit()
+    data = prepare_data(train_set, test_set, config, {"dataset": "toy"})
+    runs = [Trainer(tiny_model(), data, out_dir=tmp_path / name) for name in ("first", "again")]
+    for trainer in runs:
+        trainer.fit()
+        assert trainer.config is config and trainer.latent == raw.latent
+        assert trainer.model.normalizers["y"] is not data.normalizers["y"]
+        for key, value in raw.model.state_dict().items():
+            assert torch.equal(trainer.model.state_dict()[key], value), key
+        loss = [row["train_loss"] for row in trainer.history]
+        assert loss == [row["train_loss"] for row in raw.history]
+        assert trainer.history[-1]["test_rel_l2"] == raw.history[-1]["test_rel_l2"]
+        assert trainer.state()["data"] == raw.state()["data"]
+
+
+def test_prepared_data_takes_no_second_test_split_meta_or_other_preparation():
+    data = prepare_data(toy_samples(4), None, quiet(latent_points=5))
+    with pytest.raises(ConfigError) as caught:
+        Trainer(tiny_model(), data, toy_samples(2, 1))
+    assert str(caught.value) == (
+        "the data is prepared: give the test split and meta to prepare_data, not to Trainer"
+    )
+    with pytest.raises(ConfigError, match="^the data is prepared"):
+        Trainer(tiny_model(), data, meta={"dataset": "toy"})
+    with pytest.raises(ConfigError, match="^the data was prepared with latent_points=5, which"):
+        Trainer(tiny_model(), data, config=quiet(latent_points=6))
+    assert Trainer(tiny_model(), data, config=quiet(latent_points=5, epochs=7)).config.epochs == 7

@@ -1,13 +1,14 @@
 """Training: losses, metrics, the loop, checkpoints, distributed training (torchrun), runs.
 
 ``train(model, train_set, test_set, TrainConfig(epochs=10), "runs/mine")`` trains any meshop model
-on any sequence of samples; docs/training.md has the whole journey.
+on any sequence of samples; ``prepare_data`` readies the data of a run in one call (latent meshes,
+normalisers, field names) for a :class:`Trainer`; docs/training.md has the whole journey.
 """
 
 from meshop.train import checkpoint
 from meshop.train.checkpoint import load_model
 from meshop.train.config import RunConfig, TrainConfig, load_config
-from meshop.train.data import LatentMesh
+from meshop.train.data import LatentMesh, PreparedData, prepare_data
 from meshop.train.inference import (
     checkpoint_fields,
     predict,
@@ -25,6 +26,7 @@ from meshop.train.trainer import Trainer, seed_everything, train, training_loss
 __all__ = [
     "LatentMesh",
     "NormalizedModel",
+    "PreparedData",
     "RunConfig",
     "TrainConfig",
     "Trainer",
@@ -40,6 +42,7 @@ __all__ = [
     "predict_fields",
     "predict_file",
     "prediction_integrals",
+    "prepare_data",
     "read_inputs",
     "relative_h1",
     "relative_l1",

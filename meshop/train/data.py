@@ -1,4 +1,5 @@
-"""Preparing samples for training and inference: latent meshes, shapes the model is built for."""
+"""Preparing samples for training and inference: latent meshes, shapes the model is built for,
+and :func:`prepare_data`, the one call that readies a training run's data."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import torch
 from torch.utils.data import Dataset as TorchDataset
 
 from meshop._pyg import Data
-from meshop.data import add_latent_mesh, node_features
-from meshop.errors import FieldError, MeshError
+from meshop.data import GaussianNormalizer, add_latent_mesh, node_features
+from meshop.errors import ConfigError, FieldError, MeshError
+from meshop.train.config import TrainConfig
+from meshop.train.normalized import fit_normalizers
 
 try:
     from torch_geometric.data import InMemoryDataset
@@ -169,3 +172,109 @@ def field_meta(dataset, info: dict) -> dict:
         "input_names": [n for n, _ in inputs],
         "target_names": [n for n, _ in targets],
     }
+
+
+#: the :class:`~meshop.train.config.TrainConfig` fields that decide how data is prepared
+PREPARATION_FIELDS = (
+    "latent_points",
+    "latent_grid",
+    "latent_sampling",
+    "normalize_x",
+    "normalize_y",
+    "normalize_params",
+    "normalize_pos",
+)
+
+
+@dataclass
+class PreparedData:
+    """The data of a training run, ready for the loop: made by :func:`prepare_data`, given to
+    :class:`~meshop.train.Trainer`.
+
+    Attributes:
+        train_set: the training samples with their latent meshes (:func:`prepare`: a list, or a
+            lazy :class:`PreparedSamples` view of a dataset that reads its samples on access).
+        test_set: the test samples likewise, or None.
+        latent: the latent mesh every sample gets.
+        normalizers: the normalisers fitted on the training split, by field (``"x"``, ``"y"``,
+            ``"params"``, ``"pos"``).
+        info: the widths and dimension a model for this data is built with (:func:`describe`).
+        meta: what a checkpoint stores about the data: the caller's ``meta`` (dataset name and
+            arguments) and the field names and components (:func:`field_meta`).
+        config: the configuration the data was prepared with.
+    """
+
+    train_set: Sequence[Data]
+    test_set: Sequence[Data] | None
+    latent: LatentMesh
+    normalizers: dict[str, GaussianNormalizer]
+    info: dict
+    meta: dict
+    config: TrainConfig
+
+    def check_config(self, config: TrainConfig) -> None:
+        """Raise :class:`ConfigError` if ``config`` prepares data otherwise than :attr:`config`
+        (its latent mesh or normalisers differ)."""
+        differ = [f for f in PREPARATION_FIELDS if getattr(config, f) != getattr(self.config, f)]
+        if differ:
+            given = ", ".join(f"{f}={getattr(self.config, f)!r}" for f in differ)
+            raise ConfigError(
+                f"the data was prepared with {given}, which this configuration changes; "
+                "prepare it with the configuration the run trains with"
+            )
+
+
+def prepare_data(
+    train_set: Sequence[Data],
+    test_set: Sequence[Data] | None = None,
+    config: TrainConfig | None = None,
+    meta: dict | None = None,
+) -> PreparedData:
+    """Everything a training run needs from its data, in one call: the shapes a model for it is
+    built with, the field names a checkpoint keeps, every sample's latent mesh and the normalisers
+    fitted on the training split.
+
+    A dataset that reads its samples on access (:class:`~meshop.datasets.MeshFolder`, any PyG
+    ``Dataset`` that is not an ``InMemoryDataset``) is never held whole: the normalisers are
+    fitted by streaming over it once and the prepared splits stay lazy (:func:`prepare`). Lists
+    and in-memory datasets become lists with their latent meshes computed once.
+
+    Args:
+        train_set: a sequence of ``Data`` with targets ``y``.
+        test_set: a sequence of ``Data`` with targets ``y``, or None.
+        config: the :class:`~meshop.train.config.TrainConfig` (its latent mesh and normaliser
+            fields are used here).
+        meta: extra information for the checkpoint (dataset name and arguments); the field names
+            and components come from ``train_set`` unless given.
+
+    Raises:
+        ConfigError: the training split is empty.
+        FieldError: its samples have no targets.
+    """
+    config = config or TrainConfig()
+    if len(train_set) == 0:
+        raise ConfigError("the training split is empty")
+    info = describe(train_set[0])
+    meta = dict(meta or {})
+    for key, value in field_meta(train_set, info).items():
+        meta.setdefault(key, value)
+    latent = LatentMesh(config.latent_points, config.latent_grid, sampling=config.latent_sampling)
+    prepared = prepare(train_set, latent)
+    # streamed over the training samples, one at a time: a lazy dataset is read once, without
+    # computing latent meshes that the statistics do not need
+    normalizers = fit_normalizers(
+        train_set if is_lazy(train_set) else prepared,
+        config.normalize_x,
+        config.normalize_y,
+        config.normalize_params,
+        config.normalize_pos,
+    )
+    return PreparedData(
+        train_set=prepared,
+        test_set=prepare(test_set, latent) if test_set is not None else None,
+        latent=latent,
+        normalizers=normalizers,
+        info=info,
+        meta=meta,
+        config=config,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 import random
@@ -22,11 +23,11 @@ from meshop.data import make_loader, num_samples, query_nodes
 from meshop.errors import ConfigError
 from meshop.train import checkpoint as ckpt_io
 from meshop.train.config import TrainConfig
-from meshop.train.data import LatentMesh, describe, field_meta, is_lazy, prepare
+from meshop.train.data import PreparedData, prepare_data
 from meshop.train.distributed import DistContext, all_gather_objects, all_reduce_sum, barrier, setup
 from meshop.train.losses import relative_h1, relative_lp
 from meshop.train.metrics import MetricsLog, per_sample_errors, summarize
-from meshop.train.normalized import NormalizedModel, fit_normalizers
+from meshop.train.normalized import NormalizedModel
 from meshop.train.optim import build_optimizer, build_scheduler
 
 
@@ -71,7 +72,7 @@ def model_spec(model: torch.nn.Module) -> str:
 
 
 class Trainer:
-    """Train ``model`` on ``train_set``, evaluate on ``test_set``, checkpoint into ``out_dir``.
+    """Train ``model`` on prepared data, evaluate on its test split, checkpoint into ``out_dir``.
 
     Per epoch: shuffle with a generator seeded by ``(seed, epoch)`` (a distributed sampler shares
     the order between processes), optimise the relative error of the decoded predictions with the
@@ -81,67 +82,61 @@ class Trainer:
     RNG states and history. ``fit(resume=True)`` continues from that checkpoint; a run killed at any
     point and resumed ends with the same parameters and metrics as an uninterrupted one.
 
-    Normalisers for ``x``, ``y`` and ``params`` are fitted on the training split and stored with the
-    model (:class:`~meshop.train.normalized.NormalizedModel`).
-
-    A dataset that reads its samples on access (:class:`~meshop.datasets.MeshFolder`, any PyG
-    ``Dataset`` that is not an ``InMemoryDataset``) is never held whole: the normalisers are
-    fitted by streaming over it once, and each epoch reads the samples of its batches (with
-    ``num_workers`` DataLoader workers reading ahead), so memory holds a few batches, not the
-    folder. Lists and in-memory datasets are kept as lists with their latent meshes computed once.
+    The data comes from :func:`~meshop.train.data.prepare_data` (latent meshes, the normalisers
+    fitted on the training split, which are stored with the model as a
+    :class:`~meshop.train.normalized.NormalizedModel`, and the field names): give its
+    :class:`~meshop.train.data.PreparedData`, or the raw splits, which the trainer prepares with
+    that call. A lazy dataset (:class:`~meshop.datasets.MeshFolder`) stays lazy: each epoch reads
+    the samples of its batches (with ``num_workers`` DataLoader workers reading ahead), so memory
+    holds a few batches, not the folder.
 
     Args:
         model: a meshop model, ``model(batch) -> [N_query, C_out]``, with a ``config`` dict.
-        train_set: a sequence of ``Data`` with targets ``y``.
-        test_set: a sequence of ``Data`` with targets ``y``, or None.
-        config: the :class:`TrainConfig`.
+        train_set: the :class:`~meshop.train.data.PreparedData` of the run, or a sequence of
+            ``Data`` with targets ``y``.
+        test_set: a sequence of ``Data`` with targets ``y``, or None (with raw splits only).
+        config: the :class:`TrainConfig` (default: the prepared data's, else ``TrainConfig()``).
         out_dir: where checkpoints and metrics go (None: nothing is written, no resume).
-        meta: extra information stored in the checkpoint (dataset name and arguments); the field
-            names and components (:func:`~meshop.train.data.field_meta`) come from ``train_set``
-            unless given.
+        meta: extra information stored in the checkpoint (dataset name and arguments; with raw
+            splits only), see :func:`~meshop.train.data.prepare_data`.
     """
 
     def __init__(
         self,
         model: torch.nn.Module,
-        train_set: Sequence,
+        train_set: PreparedData | Sequence,
         test_set: Sequence | None = None,
         config: TrainConfig | None = None,
         out_dir: str | os.PathLike | None = None,
         meta: dict[str, Any] | None = None,
     ):
-        self.config = config or TrainConfig()
+        prepared = isinstance(train_set, PreparedData)
+        self.config = c = config or (train_set.config if prepared else TrainConfig())
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.meta = dict(meta or {})
-        if len(train_set) == 0:
-            raise ConfigError("the training split is empty")
-        for key, value in field_meta(train_set, describe(train_set[0])).items():
-            self.meta.setdefault(key, value)  # field names and components, for predict
-        self.ctx: DistContext = setup(self.config.device)
-        if self.config.batch_size % self.ctx.world_size:
+        self.ctx: DistContext = setup(c.device)
+        if c.batch_size % self.ctx.world_size:
             raise ConfigError(
-                f"batch_size {self.config.batch_size} is the global batch and must be divisible by "
+                f"batch_size {c.batch_size} is the global batch and must be divisible by "
                 f"the number of processes ({self.ctx.world_size})"
             )
-        c = self.config
-        self.latent = LatentMesh(c.latent_points, c.latent_grid, sampling=c.latent_sampling)
-        self.train_set = prepare(train_set, self.latent)
-        self.test_set = prepare(test_set, self.latent) if test_set is not None else None
-        self.data_info = describe(self.train_set[0])
         if c.normalize_pos and (getattr(model, "config", None) or {}).get("periodic") is not None:
             raise ConfigError(
                 "the model has a periodic box in data units, which normalize_pos would rescale; "
                 "train it with normalize_pos = false"
             )
-        # streamed over the training samples, one at a time: a lazy dataset is read once, without
-        # computing latent meshes that the statistics do not need
-        normalizers = fit_normalizers(
-            train_set if is_lazy(train_set) else self.train_set,
-            c.normalize_x,
-            c.normalize_y,
-            c.normalize_params,
-            c.normalize_pos,
-        )
+        if not prepared:
+            data = prepare_data(train_set, test_set, c, meta)
+        elif test_set is not None or meta is not None:
+            raise ConfigError(
+                "the data is prepared: give the test split and meta to prepare_data, not to Trainer"
+            )
+        else:
+            data = train_set
+            data.check_config(c)
+        self.train_set, self.test_set, self.latent = data.train_set, data.test_set, data.latent
+        self.data_info, self.meta = data.info, data.meta
+        # a copy: models trained on the same prepared data do not share normaliser buffers
+        normalizers = copy.deepcopy(data.normalizers)
         self.model = NormalizedModel(model, normalizers).to(self.ctx.device)
         self.history: list[dict[str, Any]] = []
         self.epoch = 0  # completed epochs
@@ -309,14 +304,16 @@ class Trainer:
 
 def train(
     model: torch.nn.Module,
-    train_set: Sequence,
+    train_set: PreparedData | Sequence,
     test_set: Sequence | None = None,
     config: TrainConfig | None = None,
     out_dir: str | os.PathLike | None = None,
     resume: bool = False,
     meta: dict[str, Any] | None = None,
 ) -> tuple[NormalizedModel, dict[str, Any]]:
-    """Train (see :class:`Trainer`); returns ``(model with its normalisers, last metrics)``."""
+    """Train (see :class:`Trainer`: ``train_set`` is the run's
+    :class:`~meshop.train.data.PreparedData` or the raw training split); returns ``(model with its
+    normalisers, last metrics)``."""
     trainer = Trainer(model, train_set, test_set, config, out_dir, meta)
     metrics = trainer.fit(resume=resume)
     return trainer.model.eval(), metrics
