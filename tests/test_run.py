@@ -310,3 +310,31 @@ def test_a_run_without_test_samples_trains_and_reports_no_test_error(tmp_path, m
     )
     metrics = R.train_run(run, figures=False, log=lambda *_: None)
     assert metrics["epoch"] == 1 and not any(key.startswith("test") for key in metrics)
+
+
+def test_a_run_prepares_its_data_once_and_builds_the_model_for_it(tmp_path, monkeypatch):
+    import meshop.train.trainer as trainer_module
+
+    real, calls = R.prepare_data, []
+
+    def counted(*args, **kwargs):
+        calls.append(real(*args, **kwargs))
+        return calls[-1]
+
+    monkeypatch.setattr(R, "prepare_data", counted)
+    monkeypatch.setattr(trainer_module, "prepare_data", counted)
+    run = RunConfig(
+        dataset="darcy",
+        model="mlp",
+        out=str(tmp_path / "run"),
+        data_dir=str(tmp_path / "data"),
+        train={"epochs": 1, "progress": False},
+        model_args={"hidden_channels": 8},
+        dataset_args={**TINY, "num_train": 1},
+    )
+    R.train_run(run, figures=False, log=lambda *_: None)
+    assert len(calls) == 1
+    model, ckpt = load_model(tmp_path / "run")
+    assert ckpt["data"] == {**calls[0].info, **calls[0].meta}
+    assert model.model.config["in_channels"] == calls[0].info["in_channels"]
+    assert ckpt["data"]["dataset"] == "darcy" and ckpt["data"]["target_names"]

@@ -16,7 +16,7 @@ from meshop.errors import ConfigError
 from meshop.models.registry import build_model, model_entry
 from meshop.train.checkpoint import load_model
 from meshop.train.config import RunConfig
-from meshop.train.data import check_compatible, describe, field_meta, prepare
+from meshop.train.data import check_compatible, prepare, prepare_data
 from meshop.train.distributed import barrier, setup
 from meshop.train.inference import latent_of
 from meshop.train.metrics import per_sample_errors, summarize
@@ -60,28 +60,31 @@ def train_run(
         raise ConfigError(
             f"dataset '{run.dataset}' has an empty train split; check its size options"
         )
+    data = prepare_data(
+        train_set,
+        test_set if len(test_set) else None,
+        config,
+        meta={
+            "dataset": run.dataset,
+            "dataset_args": dataset_args,
+            "data_dir": str(run.data_dir) if run.data_dir else None,
+        },
+    )
     seed_everything(config.seed)
-    info = describe(train_set[0])
     model = build_model(
         run.model,
-        in_channels=info["in_channels"],
-        out_channels=info["out_channels"],
-        pos_dim=info["pos_dim"],
+        in_channels=data.info["in_channels"],
+        out_channels=data.info["out_channels"],
+        pos_dim=data.info["pos_dim"],
         **model_args,
     )
-    meta = {
-        "dataset": run.dataset,
-        "dataset_args": dataset_args,
-        "data_dir": str(run.data_dir) if run.data_dir else None,
-        **field_meta(train_set, info),
-    }
     if ctx.is_main:
         parameters = sum(p.numel() for p in model.parameters())
         log(
             f"training {run.model} ({parameters:,} parameters) on {run.dataset}: "
             f"{len(train_set)} train / {len(test_set)} test samples -> {out}"
         )
-    trainer = Trainer(model, train_set, test_set if len(test_set) else None, config, out, meta)
+    trainer = Trainer(model, data, config=config, out_dir=out)
     metrics = trainer.fit(resume=resume)
     if ctx.is_main:
         (out / "run.json").write_text(
