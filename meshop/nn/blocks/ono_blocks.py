@@ -87,8 +87,9 @@ class SolutionBlock(nn.Module):
     Args:
         width (int): width :math:`d` of the solution stream (and of the feature stream).
         out_channels (int): output width of the FFN.
-        k (int), value_projection (bool), orthonormalize (str), momentum (float),
-            inner_product (str): see :class:`~meshop.nn.OrthogonalAttention`.
+        k (int), value_projection (bool), orthonormalize (str): see
+            :class:`~meshop.nn.OrthogonalAttention`.
+        momentum (float), inner_product (str): see :class:`~meshop.nn.OrthogonalAttention`.
         mlp_ratio (int): hidden width of the FFN in units of ``width``.
         hidden (bool): ``False`` makes the FFN a single linear layer (the authors' last stage).
 
