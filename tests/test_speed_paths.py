@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import meshop.nn.galerkin_attention as galerkin_module
+import meshop.nn.head_attention as head_module
 import meshop.nn.orthogonal_attention as orthogonal_module
 from meshop.data.neighbors import equal_sizes, sample_slices
 from meshop.nn import (
@@ -150,7 +150,7 @@ def test_equal_size_path_equals_padded_path(cls, weights, monkeypatch):
     }[weights]
     params = [x, *layer.parameters()]
     fast = layer(x, pos, batch, weight)
-    monkeypatch.setattr(galerkin_module, "equal_sizes", lambda *args: None)
+    monkeypatch.setattr(head_module, "equal_sizes", lambda *args: None)
     padded = layer(x, pos, batch, weight)
     torch.testing.assert_close(fast, padded, rtol=1e-5, atol=1e-6)
     assert_all_close(grads(fast, params), grads(padded, params))
@@ -182,7 +182,7 @@ def test_fourier_attention_in_linear_order_equals_the_n_by_n_kernel(weights, siz
         return out
 
     monkeypatch.setattr(torch.Tensor, "__matmul__", spy)
-    monkeypatch.setattr(galerkin_module.F, "dropout", lambda t, p, training: t)
+    monkeypatch.setattr(head_module.F, "dropout", lambda t, p, training: t)
     kernel = layer.train()(x, pos, batch, weight)
     assert any(kernels)  # the n x n kernel was built
     torch.testing.assert_close(linear, kernel, rtol=1e-5, atol=1e-6)
@@ -233,7 +233,7 @@ def test_folded_projections_equal_the_padded_path(cls, kwargs, mode, monkeypatch
     params = [x, *layer.parameters()]
     torch.manual_seed(1)
     fast = layer(x, pos, batch, weight)
-    monkeypatch.setattr(galerkin_module, "equal_sizes", lambda *args: None)
+    monkeypatch.setattr(head_module, "equal_sizes", lambda *args: None)
     torch.manual_seed(1)
     padded = layer(x, pos, batch, weight)
     assert_all_close([fast.detach()], [padded.detach()])
@@ -774,8 +774,8 @@ def test_neighbour_cache_keeps_to_its_budget_and_positions_keep_their_gradient()
     layer = LocalPositionAttention(4, 4, 2, k=4, cache_mb=0.01)  # about 10 kB
     for _ in range(20):
         layer.neighbors(torch.rand(40, 2), torch.rand(40, 2))
-    assert 0 < layer._cached_bytes <= layer.cache_bytes
-    assert len(layer._cache) < 20
+    assert 0 < layer.edge_cache.bytes <= layer.edge_cache.max_bytes
+    assert len(layer.edge_cache) < 20
     pos = torch.rand(40, 2, requires_grad=True)
     layer.neighbors(pos.detach(), pos.detach())
     _, dist = layer.neighbors(pos, pos)  # a cache hit, still differentiable in the positions
