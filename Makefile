@@ -40,7 +40,7 @@ docs-check: install
 	$(PY) scripts/docs_check.py $(DOCS_CHECK_ARGS)
 
 bench: install
-	$(PY) benchmarks/run_all.py
+	$(PY) -m benchmarks.run_all
 
 # mutation testing (slow, not part of `make test`): `make mutate TARGETS="losses pit"` for some
 # modules, `$(PY) scripts/mutate.py --list` for the targets; lists the mutants no test kills

@@ -1,13 +1,13 @@
 """Run every speed and memory benchmark, one after the other, and collect their tables.
 
-    python benchmarks/run_all.py            # the full run (9 min 23 s on the 2-core CPU)
-    python benchmarks/run_all.py --quick    # smoke test of every script
+    python -m benchmarks.run_all            # the full run (9 min 23 s on the 2-core CPU)
+    python -m benchmarks.run_all --quick    # smoke test of every script
 
 The options are passed to every benchmark (``--threads``, ``--max-gb``, ``--device``,
 ``--timeout``, ``--out``). The tables land in ``benchmarks/results/`` (one Markdown and one JSON
 file per benchmark), together in ``benchmarks/results/all.md``, and the figures of
-``benchmarks/plots.py`` beside them. The accuracy table (an hour) is not part of this run:
-``python benchmarks/accuracy.py``.
+``python -m benchmarks.report.figures`` beside them. The accuracy table (an hour) is not part of
+this run: ``python -m benchmarks.accuracy.model_table``.
 """
 
 from __future__ import annotations
@@ -15,34 +15,33 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from common import parse_args, progress
+from benchmarks.lib.common import parse_args, progress
 
-HERE = Path(__file__).resolve().parent
-SCRIPTS = [
-    "position_attention",
-    "local_attention",
-    "models",
-    "linear_attention",
-    "neighbors",
-    "transolver",
-]
+#: the entry points run, each with the name of the result files it writes
+SCRIPTS = {
+    "benchmarks.speed.global_attention": "position_attention",
+    "benchmarks.speed.local_attention": "local_attention",
+    "benchmarks.speed.whole_models": "models",
+    "benchmarks.speed.attention_cost": "linear_attention",
+    "benchmarks.speed.neighbor_search": "neighbors",
+    "benchmarks.speed.transolver_scaling": "transolver",
+}
 
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(__doc__.splitlines()[0], argv)
     parts = []
-    for name in SCRIPTS:
+    for module, name in SCRIPTS.items():
         start = time.perf_counter()
-        progress(f"== {name}")
-        subprocess.run([sys.executable, str(HERE / f"{name}.py"), *argv], check=True)
-        progress(f"== {name} took {time.perf_counter() - start:.0f} s")
+        progress(f"== {module}")
+        subprocess.run([sys.executable, "-m", module, *argv], check=True)
+        progress(f"== {module} took {time.perf_counter() - start:.0f} s")
         parts.append((args.out / f"{name}.md").read_text())
     (args.out / "all.md").write_text("\n".join(parts))
-    plots = [sys.executable, str(HERE / "plots.py"), "--results", str(args.out)]
-    subprocess.run([*plots, "--out", str(args.out)], check=True)
+    figures = [sys.executable, "-m", "benchmarks.report.figures", "--results", str(args.out)]
+    subprocess.run([*figures, "--out", str(args.out)], check=True)
 
 
 if __name__ == "__main__":

@@ -12,16 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks import run_all
+from benchmarks.accuracy import grid_zero_shot, tune
+from benchmarks.accuracy import model_table as accuracy
+from benchmarks.lib import common
+from benchmarks.report import figures, summary
+from benchmarks.speed import global_attention, local_attention, whole_models
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-# the scripts import each other by name, and the processes they measure in import them too
-sys.path.insert(0, str(BENCHMARKS))
-
-#: the speed and memory scripts that ``run_all.py`` runs
-SCRIPTS = importlib.import_module("run_all").SCRIPTS
-
-
-def script(name):
-    return importlib.import_module(name)
 
 
 def allocate(megabytes: int, device: str):
@@ -34,9 +32,9 @@ def allocate(megabytes: int, device: str):
     return step
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_benchmark_script_runs_quick_and_writes_its_tables(name, tmp_path, capsys):
-    script(name).main(["--quick", "--out", str(tmp_path)])
+@pytest.mark.parametrize(("module", "name"), run_all.SCRIPTS.items())
+def test_benchmark_script_runs_quick_and_writes_its_tables(module, name, tmp_path, capsys):
+    importlib.import_module(module).main(["--quick", "--out", str(tmp_path)])
     records = json.loads((tmp_path / f"{name}.json").read_text())["records"]
     assert records
     for record in records:
@@ -48,7 +46,6 @@ def test_benchmark_script_runs_quick_and_writes_its_tables(name, tmp_path, capsy
 
 
 def test_measured_peak_memory_counts_the_call_and_not_the_inputs():
-    common = script("common")
     result = common.run_case(
         allocate,
         {"megabytes": 200},
@@ -65,7 +62,6 @@ def test_a_warm_measurement_times_the_calls_after_the_first_and_keeps_the_larger
     """A slow step is timed once, cold, unless the case asks for warm calls (training steps,
     whose first call searches the neighbours): then its first call is left out of the time but
     not out of the peak memory."""
-    common = script("common")
     calls = []
 
     def step():
@@ -84,7 +80,6 @@ def test_a_warm_measurement_times_the_calls_after_the_first_and_keeps_the_larger
 
 
 def test_dense_estimate_scales_the_largest_measured_case():
-    common = script("common")
     records = [
         {"impl": "dense", "elements": 2**20, "peak_mb": 12.0},
         {"impl": "dense", "elements": 2**22, "peak_mb": 80.0},  # 5 matrices of 16 MB
@@ -97,23 +92,22 @@ def test_dense_estimate_scales_the_largest_measured_case():
 
 
 def test_dense_position_attention_is_the_same_layer():
-    pa = script("position_attention")
-    assert pa.check_agreement(400, 50) < 1e-5
+    assert global_attention.check_agreement(400, 50) < 1e-5
 
 
 def test_dense_local_attention_is_the_same_layer():
-    assert script("local_attention").check_agreement(500) < 1e-5
+    assert local_attention.check_agreement(500) < 1e-5
 
 
 def test_dense_pit_is_the_same_model():
-    assert script("models").check_agreement(150, 2) < 1e-5
+    assert whole_models.check_agreement(150, 2) < 1e-5
 
 
 def test_dense_quantile_mask_keeps_the_quantile_of_every_row():
-    la = script("local_attention")
     pos_src, pos_dst = torch.rand(200, 2), torch.rand(30, 2)
     v = torch.eye(200)[:, None, :]  # one head whose output row is the attention row itself
-    attn = la.dense_local_attention(v, pos_src, pos_dst, torch.tensor([0.0]), quantile=0.1)
+    lam = torch.tensor([0.0])
+    attn = local_attention.dense_local_attention(v, pos_src, pos_dst, lam, quantile=0.1)
     kept = (attn > 0).sum(1)
     assert torch.all(kept == 20)  # ceil(0.1 * 199) + ties; random points have none
     assert torch.allclose(attn.sum(1), torch.ones(30))
@@ -124,7 +118,7 @@ def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path
     monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
     runs, out = str(tmp_path / "runs"), str(tmp_path)
     args = ["--quick", "--datasets", "darcy", "--models", "pit,mlp", "--runs", runs, "--out", out]
-    script("accuracy").main([*args, "--jobs", "2"])
+    accuracy.main([*args, "--jobs", "2"])
     records = json.loads((tmp_path / "accuracy.json").read_text())["records"]
     assert [r["model"] for r in records] == ["pit", "mlp"]
     for record in records:
@@ -137,13 +131,12 @@ def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path
     assert "zero-shot super-resolution" in tables
     redrawn = tmp_path / "redrawn"
     results = str(tmp_path / "accuracy.json")
-    script("accuracy").main(["--tables-from", results, "--out", str(redrawn)])
+    accuracy.main(["--tables-from", results, "--out", str(redrawn)])
     assert (redrawn / "accuracy.md").read_text() == tables
     assert "the whole command took" in tables
 
     # an interrupted table resumes from the pairs already finished, trains nothing twice and
     # reuses no record measured with another budget
-    accuracy = script("accuracy")
     log = tmp_path / "runs" / "records.jsonl"
     with log.open("a") as f:
         f.write('{"key": {"budget"')  # a line cut short by the interruption
@@ -188,7 +181,7 @@ def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkey
     (tmp_path / "accuracy.json").write_text(json.dumps({"machine": old, "records": rows}))
     runs, out = str(tmp_path / "runs"), str(tmp_path)
     args = ["--quick", "--datasets", "darcy-mesh", "--models", "mlp", "--runs", runs, "--out", out]
-    script("accuracy").main([*args, "--update", "--forget", "airfoil"])
+    accuracy.main([*args, "--update", "--forget", "airfoil"])
     data = json.loads((tmp_path / "accuracy.json").read_text())
     assert data["machine"]["date"] == "then"  # the table keeps its first header
     records = {(r["dataset"], r["model"]): r for r in data["records"]}
@@ -209,7 +202,6 @@ def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkey
 
 
 def test_accuracy_update_of_every_row_takes_the_new_header(tmp_path):
-    accuracy = script("accuracy")
     old = {
         "machine": {"date": "then", "budget": "2 min"},
         "records": [{"dataset": "d", "model": "m"}],
@@ -226,7 +218,6 @@ def test_accuracy_update_of_every_row_takes_the_new_header(tmp_path):
 def test_accuracy_epoch_budget_covers_every_pair_of_the_table():
     from meshop.datasets.registry import dataset_entry
 
-    accuracy = script("accuracy")
     pairs = {
         (d, m) for d in accuracy.DATASETS for m in accuracy.MODELS if m in dataset_entry(d).models
     }
@@ -240,7 +231,6 @@ def test_accuracy_epoch_budget_covers_every_pair_of_the_table():
 
 
 def test_super_resolution_grids_sample_the_same_fine_fields():
-    accuracy = script("accuracy")
     assert accuracy.super_resolutions(22, 421) == [43, 85]
     assert accuracy.super_resolutions(6, 41) == [11, 21]
     assert accuracy.super_resolutions(29, 421) == []  # 56 and 112 intervals do not divide 420
@@ -271,24 +261,22 @@ def test_plots_draw_every_figure_from_the_results(tmp_path):
     }
     for name, records in results.items():
         (tmp_path / f"{name}.json").write_text(json.dumps({"records": records}))
-    script("plots").main(["--results", str(tmp_path), "--out", str(tmp_path / "figures")])
+    figures.main(["--results", str(tmp_path), "--out", str(tmp_path / "figures")])
     for name in ("position_attention", "local_attention", "attention_cost"):
         assert (tmp_path / "figures" / f"benchmarks_{name}.png").stat().st_size > 10_000
 
 
 def test_readme_accuracy_section_is_generated_from_the_measured_results():
     """The README's accuracy text, table and findings are those of accuracy.json (rerun
-    ``python benchmarks/accuracy.py --tables-from benchmarks/results/accuracy.json`` after
-    changing the results)."""
+    ``python -m benchmarks.accuracy.model_table --tables-from benchmarks/results/accuracy.json``
+    after changing the results)."""
     data = json.loads((BENCHMARKS / "results" / "accuracy.json").read_text())
     readme = (BENCHMARKS.parent / "README.md").read_text()
-    accuracy = script("accuracy")
     assert accuracy.summary_table(data["records"]) in readme
     assert accuracy.readme_section(data) in readme
 
 
 def test_accuracy_findings_are_computed_from_the_records(tmp_path):
-    accuracy = script("accuracy")
 
     def row(dataset, model, error, **extra):
         options = {"num_train": 400 if dataset == "darcy-mesh" else 200, "num_test": 50}
@@ -331,7 +319,6 @@ def test_grid_zero_shot_stages_run_from_the_old_grid_path_to_the_models_forward(
     from meshop.data import make_loader, uniform_grid
     from meshop.models import GalerkinTransformer
 
-    staged = script("grid_zero_shot")
     torch.manual_seed(0)
     sizes = dict(channels=8, heads=2, layers=1, width=6, modes=12, hidden_channels=16)
     trained = GalerkinTransformer(3, 1, 2, grid_shape=22, **sizes).eval()
@@ -341,15 +328,14 @@ def test_grid_zero_shot_stages_run_from_the_old_grid_path_to_the_models_forward(
     fields = [uniform_grid((43, 43), x=torch.randn(43 * 43, generator=g)) for _ in range(2)]
     batch = next(iter(make_loader(fields, batch_size=2)))
     with torch.no_grad():
-        every_stage = staged.StagedGridPath(trained, (22, 22), staged.STAGES)(batch)
-        no_stage = staged.StagedGridPath(trained, (22, 22), ())(batch)
+        every_stage = grid_zero_shot.StagedGridPath(trained, (22, 22), grid_zero_shot.STAGES)(batch)
+        no_stage = grid_zero_shot.StagedGridPath(trained, (22, 22), ())(batch)
         torch.testing.assert_close(every_stage, trained(batch), atol=1e-6, rtol=0)
         torch.testing.assert_close(no_stage, unrecorded(batch), atol=1e-6, rtol=0)
         assert (every_stage - no_stage).abs().max() > 1e-4  # so the two checks differ
 
 
 def test_tune_reads_settings_and_tabulates_trials(tmp_path):
-    tune = script("tune")
     chosen = tune.settings(["train.lr=3e-3", "model.path=mesh", "dataset.num_train=10"])
     assert chosen == {
         "train": {"lr": 0.003},
@@ -373,16 +359,15 @@ def test_tune_reads_settings_and_tabulates_trials(tmp_path):
 
 
 def _results():
-    return script("summary").load(BENCHMARKS / "results")
+    return summary.load(BENCHMARKS / "results")
 
 
 def test_readme_speed_table_and_docs_summary_are_generated_from_the_results():
-    summary = script("summary")
     data = _results()
     readme = (BENCHMARKS.parent / "README.md").read_text()
-    assert summary.readme_section(data) in readme, "run python benchmarks/summary.py"
+    assert summary.readme_section(data) in readme, "run python -m benchmarks.report.summary"
     written = (BENCHMARKS / "results" / "summary.md").read_text()
-    assert written == summary.summary_markdown(data), "run python benchmarks/summary.py"
+    assert written == summary.summary_markdown(data), "run python -m benchmarks.report.summary"
     # the Benchmarks page shows the generated table, not a copy of it
     page = (BENCHMARKS.parent / "docs" / "benchmarks.md").read_text()
     assert '--8<-- "benchmarks/results/summary.md:results"' in page
@@ -390,7 +375,6 @@ def test_readme_speed_table_and_docs_summary_are_generated_from_the_results():
 
 
 def test_summary_follows_the_numbers_of_the_result_files():
-    summary = script("summary")
     data = copy.deepcopy(_results())
     records = data["position_attention"]["records"]
     case = dict(kind="cross", n_src=10**5, n_dst=4096, backward=False)
@@ -416,7 +400,6 @@ def test_summary_follows_the_numbers_of_the_result_files():
 
 
 def test_summary_reports_the_training_steps_against_the_papers_code():
-    summary = script("summary")
     data = copy.deepcopy(_results())
     records = data["speed_vs_reference"]["records"]
     for record in records:
@@ -440,7 +423,6 @@ def test_summary_reports_the_training_steps_against_the_papers_code():
 
 
 def test_summary_command_rewrites_only_the_marked_readme_section(tmp_path):
-    summary = script("summary")
     results = tmp_path / "results"
     results.mkdir()
     for name in summary.SOURCES:
@@ -460,7 +442,6 @@ def test_summary_command_rewrites_only_the_marked_readme_section(tmp_path):
 
 
 def test_attention_cost_verdict_follows_the_growth_of_each_form():
-    summary = script("summary")
 
     def data(fourier_power):
         records = [
@@ -482,7 +463,6 @@ def test_attention_cost_verdict_follows_the_growth_of_each_form():
 def test_accuracy_runs_longest_first(tmp_path):
     """Runs side by side pack best with the longest first: time per epoch of the last results
     times this run's epochs; never-measured pairs first."""
-    accuracy = script("accuracy")
     rows = [
         {"dataset": "darcy", "model": "pit", "train_seconds": 100.0, "epochs": 10},
         {"dataset": "darcy", "model": "mlp", "train_seconds": 30.0, "epochs": 10},
@@ -496,7 +476,6 @@ def test_accuracy_runs_longest_first(tmp_path):
 
 
 def test_result_files_are_read_only_where_they_exist_and_must_hold_records(tmp_path):
-    common = script("common")
     (tmp_path / "a.json").write_text(json.dumps({"machine": {}, "records": [1]}))
     assert common.load_results(tmp_path, ["a", "missing"]) == {"a": {"machine": {}, "records": [1]}}
     (tmp_path / "b.json").write_text("{}")
@@ -507,10 +486,10 @@ def test_result_files_are_read_only_where_they_exist_and_must_hold_records(tmp_p
 def test_the_recorded_command_leaves_out_where_files_go(monkeypatch):
     """Results record the command that reruns them on any machine: ``--out`` and ``--runs`` name
     the measuring machine's folders and change no number."""
-    common = script("common")
     argv = ["--jobs", "2", "--runs", "/work/x", "--out=/tmp/y", "--datasets", "darcy", "--out", "z"]
     assert common.rerun_args(argv) == ["--jobs", "2", "--datasets", "darcy"]
     assert common.rerun_args(["--outline", "a"]) == ["--outline", "a"]  # only the exact names
-    monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / "models.py"), "--quick", "--out", "/tmp/q"])
+    script = BENCHMARKS / "speed" / "whole_models.py"  # sys.argv[0] under python -m
+    monkeypatch.setattr(sys, "argv", [str(script), "--quick", "--out", "/tmp/q"])
     python = Path(sys.executable).name
-    assert common.machine()["command"] == f"{python} benchmarks/models.py --quick"
+    assert common.machine()["command"] == f"{python} -m benchmarks.speed.whole_models --quick"

@@ -2,20 +2,20 @@
 sentences generated from ``benchmarks/results/`` instead of copying their figures by hand."""
 
 import copy
-import importlib
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks.accuracy import ono_eval
+from benchmarks.lib import notes
+from benchmarks.report import notes as notes_command
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 RESULTS = BENCHMARKS / "results"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-sys.path.insert(0, str(BENCHMARKS))  # the scripts import each other by name
-notes = importlib.import_module("notes")
 
 SNIPPET = re.compile(r'^--8<-- "([^"]+?)(?::(\w+))?"$', re.M)
 # a measured figure as the result tables print it: "1.43 s", "91.8 MB", "3.6x", "0.0425" (an aim,
@@ -57,7 +57,7 @@ def prose(page: Path) -> str:
 def test_notes_are_generated_from_the_results_and_included():
     data = notes.load(RESULTS)
     assert (RESULTS / "notes.md").read_text() == notes.notes_markdown(data), (
-        "run python benchmarks/summary.py"
+        "run python -m benchmarks.report.summary"
     )
     # every section is included by a page, and every included section exists
     used = {
@@ -109,9 +109,9 @@ def test_notes_command_writes_and_checks(tmp_path, capsys):
     for name in notes.SOURCES:
         (tmp_path / f"{name}.json").write_text((RESULTS / f"{name}.json").read_text())
     args = ["--results", str(tmp_path)]
-    assert notes.main([*args, "--check"]) == 1
-    assert notes.main(args) == 0
-    assert notes.main([*args, "--check"]) == 0
+    assert notes_command.main([*args, "--check"]) == 1
+    assert notes_command.main(args) == 0
+    assert notes_command.main([*args, "--check"]) == 0
     assert (tmp_path / "notes.md").read_text() == (RESULTS / "notes.md").read_text()
 
 
@@ -119,7 +119,7 @@ def test_galerkin_stage_table_starts_from_the_recorded_accuracy_row():
     """The Galerkin page includes grid_zero_shot.md, measured on the checkpoint of the accuracy
     table's Darcy Galerkin row: its model's own forward (the last row) has that row's errors, and
     every row the same training-grid error. A rerun of that row needs a rerun of
-    ``python benchmarks/grid_zero_shot.py runs/accuracy/darcy-galerkin``."""
+    ``python -m benchmarks.accuracy.grid_zero_shot runs/accuracy/darcy-galerkin``."""
     assert (
         '--8<-- "benchmarks/results/grid_zero_shot.md:results"'
         in (ROOT / "docs" / "galerkin.md").read_text()
@@ -137,7 +137,6 @@ def test_galerkin_stage_table_starts_from_the_recorded_accuracy_row():
 
 def test_ono_tables_fit_and_follow_the_records():
     """The ONO page includes ono_eval.md, whose two tables are those of its records."""
-    ono_eval = importlib.import_module("ono_eval")
     records = json.loads((RESULTS / "ono_eval.json").read_text())["records"]
     text = (RESULTS / "ono_eval.md").read_text()
     for table in ono_eval.tables(records):

@@ -1,18 +1,13 @@
-"""benchmarks/folder_memory.py: writes its folder, measures a training process, cleans up."""
+"""benchmarks/speed/folder_memory.py: writes its folder, measures a training process, cleans up."""
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import meshio
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+from benchmarks.speed import folder_memory as bench
 
 
 def test_folder_memory_measures_one_epoch_and_deletes_its_folder(tmp_path):
-    bench = importlib.import_module("folder_memory")
     mesh = tmp_path / "one.vtu"
     bench.write_mesh(mesh, 400, seed=1)
     read = meshio.read(mesh)

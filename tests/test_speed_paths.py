@@ -4,14 +4,14 @@ what the papers' code does."""
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 import meshop.nn.head_attention as head_module
 import meshop.nn.orthogonal_attention as orthogonal_module
+from benchmarks.lib import reference, training_steps
+from benchmarks.speed import profile_ono, profile_pit, training_vs_reference
 from meshop.data.neighbors import equal_sizes, sample_slices
 from meshop.nn import (
     FourierAttention,
@@ -23,11 +23,6 @@ from meshop.nn import (
     PositionAttention,
     SoftmaxAttention,
 )
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import reference  # noqa: E402
 
 
 def batch_vector(b, n):
@@ -537,14 +532,12 @@ def test_ono_with_the_authors_options_is_the_authors_model():
     """meshop's ONO with the benchmark's ONO_AUTHORS options computes the reference ONO2: the
     same predictions in training (two batches) and evaluation, the same running moments, the same
     gradients; so the speed benchmark's ONO rows time the same mathematics on both sides."""
-    import speed_vs_reference
-
     from meshop.data import from_points, make_loader
     from meshop.models import ONO
 
     torch.manual_seed(0)
     width, heads, k, b, n = 16, 2, 4, 3, 30
-    options = speed_vs_reference.ONO_AUTHORS
+    options = training_steps.ONO_AUTHORS
     ours = ONO(3, 1, 2, width, 2, k, heads, feature_attention="linear", **options)
     ref = reference.ONOReference(3, 1, width=width, layers=2, heads=heads, psi_dim=k)
     pairs = _ono_pairs(ours, ref)
@@ -622,9 +615,7 @@ def test_ono_block_options_default_to_meshops_blocks():
 
 
 def test_speed_benchmark_quick_writes_both_implementations(tmp_path, capsys):
-    import speed_vs_reference
-
-    speed_vs_reference.main(
+    training_vs_reference.main(
         [
             "--quick",
             "--threads",
@@ -648,8 +639,6 @@ def test_speed_benchmark_quick_writes_both_implementations(tmp_path, capsys):
 
 
 def test_speed_benchmark_keeps_the_tables_of_finished_thread_counts(tmp_path, monkeypatch):
-    import speed_vs_reference
-
     calls = []
 
     def case():
@@ -658,30 +647,28 @@ def test_speed_benchmark_keeps_the_tables_of_finished_thread_counts(tmp_path, mo
             raise KeyboardInterrupt
         return {"meshop": (lambda: None, 1), "reference": (lambda: None, 2)}
 
-    monkeypatch.setattr(speed_vs_reference, "cases", lambda quick: [("a case", case, {})])
+    monkeypatch.setattr(training_vs_reference, "cases", lambda quick: [("a case", case, {})])
     with pytest.raises(KeyboardInterrupt):
-        speed_vs_reference.main(["--threads", "1,2", "--repeats", "1", "--out", str(tmp_path)])
+        training_vs_reference.main(["--threads", "1,2", "--repeats", "1", "--out", str(tmp_path)])
     table = (tmp_path / "speed_vs_reference.md").read_text()
     assert "### 1 thread(s)" in table and "| a case |" in table
     assert "### 2 thread(s)" not in table
 
 
 def test_speed_benchmark_ono_rows_match_the_authors_options_then_meshops_defaults():
-    import speed_vs_reference
-
     for authors, (whitening, projection, inner), authors_blocks in (
         (True, ("batch", False, "sum"), True),
         ("whitening", ("batch", False, "sum"), False),
         (False, ("sample", True, "mean"), False),
     ):
-        model = speed_vs_reference.ono_model(authors)
+        model = training_steps.ono_model(authors)
         for block in model.solution_blocks:
             attn = block.attn
             assert attn.orthonormalize == whitening and attn.inner_product == inner
             assert (attn.lin_v is not None) == projection
         assert len(model.solution_blocks[-1].ffn.lins) == (1 if authors_blocks else 2)
         assert model.feature_blocks[0].attn.pos_dim == (0 if authors_blocks else 2)
-    rows = {name: params for name, _, params in speed_vs_reference.cases(quick=False)}
+    rows = {name: params for name, _, params in training_vs_reference.cases(quick=False)}
     assert rows["ONO, 16x16 grid, batch 20"].get("authors", True) is True
     assert rows["ONO, 972 nodes, batch 8"].get("authors", True) is True
     assert rows["ONO, 16x16 grid, batch 20, meshop's blocks"]["authors"] == "whitening"
@@ -689,8 +676,6 @@ def test_speed_benchmark_ono_rows_match_the_authors_options_then_meshops_default
 
 
 def test_pit_profile_quick_accounts_for_the_whole_step(tmp_path):
-    import profile_pit
-
     result = profile_pit.profile_case(120, 40, 2, steps=1)
     assert sum(result["groups_s"].values()) == pytest.approx(result["step_s"])
     assert result["groups_s"]["position attention (fused SDPA, forward + backward)"] > 0
@@ -700,8 +685,6 @@ def test_pit_profile_quick_accounts_for_the_whole_step(tmp_path):
 
 
 def test_ono_profile_groups_add_up_and_compare_the_three_models(tmp_path):
-    import profile_ono
-
     result = profile_ono.profile_case(16, 2, steps=1)
     assert list(result) == list(profile_ono.IMPLEMENTATIONS)
     for record in result.values():

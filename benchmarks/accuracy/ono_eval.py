@@ -25,10 +25,10 @@ coefficients are removed from the samples, so the model sees only the mesh) and 
 uniform 16 x 16 grid (every sample the same nodes and weights). The errors are reproducible for a
 seed (epochs, not wall-clock budgets); times are reported as measured, on a loaded machine.
 
-    python benchmarks/ono_eval.py                          # Elasticity 500/100, Darcy 400/100
-    python benchmarks/ono_eval.py --quick                  # smoke test (tiny sizes, 1 epoch)
-    python benchmarks/ono_eval.py --datasets elasticity --use-train 200 --use-test 50
-    python benchmarks/ono_eval.py --merge benchmarks/results/ono_eval_*_batch.json ...
+    python -m benchmarks.accuracy.ono_eval            # Elasticity 500/100, Darcy 400/100
+    python -m benchmarks.accuracy.ono_eval --quick    # smoke test (tiny sizes, 1 epoch)
+    python -m benchmarks.accuracy.ono_eval --datasets elasticity --use-train 200 --use-test 50
+    python -m benchmarks.accuracy.ono_eval --merge benchmarks/results/ono_eval_*_batch.json ...
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import RESULTS, markdown_table, progress, write_results
+
+from benchmarks.lib.common import RESULTS, markdown_table, progress, write_results
 
 MODES = ("batch", "sample")
 ONO_CONFIG = dict(width=64, layers=4, k=16, heads=4, feature_attention="linear")

@@ -25,8 +25,8 @@ finished process, exact), and the peak of the proportional set size summed over 
 DataLoader workers (``Pss`` of ``/proc/PID/smaps_rollup``, shared pages divided among the processes
 that share them; sampled every 0.2 s, so a shorter spike may be missed).
 
-    python benchmarks/folder_memory.py              # 2 GB folder (22 minutes on 2 busy cores)
-    python benchmarks/folder_memory.py --quick      # smoke test: a few small files
+    python -m benchmarks.speed.folder_memory              # 2 GB folder (22 minutes on 2 busy cores)
+    python -m benchmarks.speed.folder_memory --quick      # smoke test: a few small files
 
 The folder is written under ``--scratch`` (default ``datasets/folder_memory``, ignored by git) and
 deleted at the end unless ``--keep``.
@@ -43,9 +43,17 @@ import threading
 import time
 from pathlib import Path
 
-from common import GB, MB, RESULTS, fmt_mb, markdown_table, progress, write_results
+from benchmarks.lib.common import (
+    GB,
+    MB,
+    RESULTS,
+    ROOT,
+    fmt_mb,
+    markdown_table,
+    progress,
+    write_results,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 #: the cases: a name and the options added to the command
 CASES = {
     "lazy": [],

@@ -1,8 +1,8 @@
 """Figures of the benchmark results: time and peak memory against the number of nodes, meshop
 against the dense form, on log-log axes.
 
-    python benchmarks/plots.py                   # reads benchmarks/results/*.json
-    python benchmarks/plots.py --out docs/figures
+    python -m benchmarks.report.figures                   # reads benchmarks/results/*.json
+    python -m benchmarks.report.figures --out docs/figures
 
 Writes ``benchmarks_position_attention.png``, ``benchmarks_local_attention.png`` and
 ``benchmarks_attention_cost.png`` for the results that exist.
@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from common import RESULTS, progress
+from benchmarks.lib.common import RESULTS, progress
 
 
 def load(results: Path, name: str) -> list[dict] | None:

@@ -1,17 +1,18 @@
 """Where an ONO training step spends its time: torch.profiler over meshop's ONO and the ONO
-authors' ``ONO2`` (``reference.py``) at the settings of ``speed_vs_reference.py`` (width 64,
+authors' ``ONO2`` (``lib/reference.py``) at the settings of ``training_vs_reference.py`` (width 64,
 4 layers, 4 heads, k = 16, mlp_ratio 1, linear feature attention), grouped by kind of operator,
 side by side: meshop as the authors' model (``ONO_AUTHORS``), meshop with the authors' whitening
 in its own blocks (per-head layer norms and coordinates in the linear attention, a two-layer last
 FFN), and the reference.
 
-    python benchmarks/profile_ono.py                 # 16x16 grid, batch 20
-    python benchmarks/profile_ono.py --quick         # smoke test
+    python -m benchmarks.speed.profile_ono                 # 16x16 grid, batch 20
+    python -m benchmarks.speed.profile_ono --quick         # smoke test
 """
 
 from __future__ import annotations
 
-from common import SECTION_END, SECTION_START, machine, markdown_table, profile_args
+from benchmarks.lib.common import SECTION_END, SECTION_START, machine, markdown_table, profile_args
+from benchmarks.lib.training_steps import ono_case
 
 OTHER = "other (element-wise, optimizer, autograd)"
 #: operator name fragments of each group (first match wins)
@@ -28,7 +29,8 @@ GROUPS = {
     "whitening (Cholesky, triangular solve, inverse)": ("cholesky", "solve_triangular", "inv"),
     "copies (copy_, cat, clone)": ("aten::copy_", "aten::cat", "aten::clone"),
 }
-#: the implementations of ``speed_vs_reference.ono_case`` profiled, with their column titles
+#: the implementations of :func:`benchmarks.lib.training_steps.ono_case` profiled, with their
+#: column titles
 IMPLEMENTATIONS = {
     "meshop, authors' model": (True, "meshop"),
     "meshop's blocks": ("whitening", "meshop"),
@@ -56,7 +58,6 @@ def profile_case(n: int, batch: int, steps: int) -> dict[str, dict]:
     interleaved (one profiled step of each implementation in turn), so that a shared machine's
     load weighs on all of them alike."""
     import torch
-    from speed_vs_reference import ono_case
     from torch.profiler import ProfilerActivity, profile
 
     impls = {}

@@ -1,6 +1,6 @@
 """Zero-shot super-resolution of the Galerkin / Fourier Transformer's 2D grid path, stage by stage.
 
-    python benchmarks/grid_zero_shot.py runs/accuracy/darcy-galerkin
+    python -m benchmarks.accuracy.grid_zero_shot runs/accuracy/darcy-galerkin
 
 Evaluates a checkpoint trained on a grid dataset (Darcy) on its test fields at the training grid
 and at the 2x and 4x finer grids that sample the same fields, with the grid path's choices that
@@ -26,8 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from common import RESULTS, markdown_table, write_results
 from torch import Tensor, nn
+
+from benchmarks.lib.common import RESULTS, markdown_table, write_results
 
 STAGES = ("coarse", "middle", "stencil", "spectral")
 

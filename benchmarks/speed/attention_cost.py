@@ -7,15 +7,15 @@ Fourier attention form a d x d matrix first (linear in n; Fourier's (Q K^T) V of
 computed as Q (K^T V), the same numbers up to rounding), softmax attention works with n x n
 scores (quadratic in n, through fused scaled-dot-product attention).
 
-    python benchmarks/linear_attention.py            # full table (a minute or two on one core)
-    python benchmarks/linear_attention.py --quick    # smoke test
+    python -m benchmarks.speed.attention_cost            # full table (a minute or two on one core)
+    python -m benchmarks.speed.attention_cost --quick    # smoke test
 """
 
 from __future__ import annotations
 
 import math
 
-from common import (
+from benchmarks.lib.common import (
     dense_estimate,
     devices,
     fmt_mb,

@@ -2,13 +2,13 @@
 of epochs (seeded, so that a trial reruns exactly), and append what was tried and what it gave to
 ``benchmarks/results/tuning.jsonl``; ``--table`` prints every trial as Markdown tables.
 
-    python benchmarks/tune.py elasticity pit --epochs 30 --set train.batch_size=4 \
+    python -m benchmarks.accuracy.tune elasticity pit --epochs 30 --set train.batch_size=4 \
         --set model.width=96
-    python benchmarks/tune.py --table > benchmarks/results/tuning.md
+    python -m benchmarks.accuracy.tune --table > benchmarks/results/tuning.md
 
 Values after ``=`` are read as JSON where they parse (numbers, lists, true/false), else as text.
-The sizes of the splits are those of the accuracy table (:data:`accuracy.DATASETS`) unless set
-with ``--set dataset.num_train=...``.
+The sizes of the splits are those of the accuracy table
+(:data:`benchmarks.lib.training_runs.DATASETS`) unless set with ``--set dataset.num_train=...``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import os
 import time
 from pathlib import Path
 
-from accuracy import NAMES, run_config
-from common import RESULTS, machine, markdown_table
+from benchmarks.lib.common import RESULTS, machine, markdown_table
+from benchmarks.lib.training_runs import NAMES, run_config
 
 LOG = RESULTS / "tuning.jsonl"
 
@@ -44,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--log", type=Path, default=LOG)
     parser.add_argument("--table", action="store_true", help="print the trials of --log")
     args = parser.parse_args(argv)
-    args.quick = False  # the table's split sizes (accuracy.dataset_options)
+    args.quick = False  # the table's split sizes (training_runs.dataset_options)
     return args
 
 
@@ -100,8 +100,8 @@ def trial(args) -> dict:
 
 INTRO = """# Preset trials on the mesh datasets
 
-Every trial of `benchmarks/tune.py`: one model trained on one dataset (200 training / 50 test
-samples, seed 0, one thread) for the epochs given, with the settings listed over the preset of
+Every trial of `benchmarks/accuracy/tune.py`: one model trained on one dataset (200 training / 50
+test samples, seed 0, one thread) for the epochs given, with the settings listed over the preset of
 the time. The budgets are in epochs, so a trial reruns exactly; the training times were measured
 while other jobs shared the 2-core machine (load: the one-minute load average at the start), so
 they are longer than alone. Before these trials the presets were: PiT batch 8, lr 1e-3, no
@@ -109,7 +109,7 @@ clipping on Elasticity and Airfoil, lr 3e-3 on DarcyMesh (batch 2); the Galerkin
 the paper's 2D size (width 128, 6 layers, both paths built) and ONO at width 128 with 8 layers.
 The presets now hold the best settings found (`meshop/train/presets.py`), so a row of a setting
 that became the preset reruns as `preset` today. Regenerate this page with
-`python benchmarks/tune.py --table > benchmarks/results/tuning.md`.
+`python -m benchmarks.accuracy.tune --table > benchmarks/results/tuning.md`.
 """
 
 

@@ -1,26 +1,25 @@
 """Training steps of meshop against the papers' reference formulations, side by side in one process.
 
-Each configuration builds meshop's model and the reference formulation of ``reference.py``
-(the Galerkin Transformer authors' encoder layer, the PiT authors' model, the ONO authors'
-``ONO2``), and for PiT also the dense form of ``models.py`` (meshop's weights on ``[B, N, C]``
-tensors), on the same inputs. A training step is forward, loss, backward and an Adam step.
-The implementations are timed interleaved (one step of each in turn, ``--repeats`` rounds after
-one warm-up step each) at every thread count; the table reports each one's median step time and
-the ratio reference / meshop, of wall-clock time and of the process's CPU time (on a loaded
-machine the CPU time, which leaves out the time the process waited for a core, is the steadier of
-the two). Interleaving spreads the load of a shared machine over all implementations alike;
-medians damp the rest. Every step trains on the same batch, as every epoch
-after the first does on its samples: meshop's neighbour lists are then kept from the warm-up step
-(the reference recomputes its quantile masks in every step, as the authors' code does).
-meshop's ONO runs with the options that make it the authors' ``ONO2`` (batch whitening with a
-running moment, no value projection, the raw sum as inner product, linear attention without layer
-norms or coordinates, a linear last stage; ``ONO_AUTHORS``), once with the authors' whitening but
-meshop's blocks (per-head layer norms and coordinates in the linear attention, a two-layer last
-FFN: more work by design), and once with meshop's defaults (per-sample orthonormalisation, value
-projection).
+Each configuration builds meshop's model and the reference formulation of ``lib/reference.py`` (the
+Galerkin Transformer authors' encoder layer, the PiT authors' model, the ONO authors' ``ONO2``), and
+for PiT also the dense form of ``lib/reference.py`` (meshop's weights on ``[B, N, C]`` tensors), on
+the same inputs. A training step is forward, loss, backward and an Adam step. The implementations
+are timed interleaved (one step of each in turn, ``--repeats`` rounds after one warm-up step each)
+at every thread count; the table reports each one's median step time and the ratio reference /
+meshop, of wall-clock time and of the process's CPU time (on a loaded machine the CPU time, which
+leaves out the time the process waited for a core, is the steadier of the two). Interleaving spreads
+the load of a shared machine over all implementations alike; medians damp the rest. Every step
+trains on the same batch, as every epoch after the first does on its samples: meshop's neighbour
+lists are then kept from the warm-up step (the reference recomputes its quantile masks in every
+step, as the authors' code does). meshop's ONO runs with the options that make it the authors'
+``ONO2`` (batch whitening with a running moment, no value projection, the raw sum as inner product,
+linear attention without layer norms or coordinates, a linear last stage; ``ONO_AUTHORS``), once
+with the authors' whitening but meshop's blocks (per-head layer norms and coordinates in the linear
+attention, a two-layer last FFN: more work by design), and once with meshop's defaults (per-sample
+orthonormalisation, value projection).
 
-    python benchmarks/speed_vs_reference.py                 # full table, 1 and 2 threads
-    python benchmarks/speed_vs_reference.py --quick         # smoke test at tiny sizes
+    python -m benchmarks.speed.training_vs_reference                 # full table, 1 and 2 threads
+    python -m benchmarks.speed.training_vs_reference --quick         # smoke test at tiny sizes
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import statistics
 import time
 from pathlib import Path
 
-from common import (
+from benchmarks.lib.common import (
     RESULTS,
     SECTION_END,
     SECTION_START,
@@ -40,9 +39,7 @@ from common import (
     markdown_table,
     progress,
 )
-
-#: the Galerkin Transformer's 1D encoder (Burgers, Table 5) and the issue's model settings
-GT_CHANNELS, GT_HEADS, GT_LAYERS, GT_BATCH = 96, 1, 4, 4
+from benchmarks.lib.training_steps import galerkin_case, ono_case, pit_case
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -64,151 +61,6 @@ def parse(argv=None) -> argparse.Namespace:
     if args.repeats < 1 or min(args.thread_counts) < 1:
         raise SystemExit("--repeats and every --threads entry must be positive")
     return args
-
-
-def _params(module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def _trainer(net, forward):
-    """A training step: ``forward()`` returns the loss."""
-    import torch
-
-    optimizer = torch.optim.Adam(net.parameters(), lr=1e-4)
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        forward().backward()
-        optimizer.step()
-
-    return step
-
-
-def galerkin_case(attention: str, n: int) -> dict:
-    """The encoder of the Galerkin Transformer (4 layers, d = 96, 1 head, 1D, batch 4)."""
-    import torch
-    from reference import GalerkinReferenceEncoder
-
-    from meshop.nn import GalerkinEncoderLayer
-
-    torch.manual_seed(0)
-    b, d = GT_BATCH, GT_CHANNELS
-    x = torch.randn(b, n, d)
-    pos = torch.linspace(0, 1, n).repeat(b, 1)[..., None]  # [B, n, 1]
-    batch = torch.arange(b).repeat_interleave(n)
-    ours = torch.nn.ModuleList(
-        GalerkinEncoderLayer(d, 1, attention, heads=GT_HEADS) for _ in range(GT_LAYERS)
-    )
-    ref = GalerkinReferenceEncoder(d, GT_HEADS, 1, GT_LAYERS, attention)
-
-    def meshop_loss():
-        h = x.view(b * n, d)
-        for layer in ours:
-            h = layer(h, pos.view(b * n, 1), batch)
-        return h.square().mean()
-
-    def reference_loss():
-        return ref(x, pos).square().mean()
-
-    return {
-        "meshop": (_trainer(ours, meshop_loss), _params(ours)),
-        "reference": (_trainer(ref, reference_loss), _params(ref)),
-    }
-
-
-def pit_case(n: int, latent: int, batch_size: int) -> dict:
-    """PiT at the issue's setting: width 64, 2 heads, 4 blocks, 2 % quantile fields."""
-    import models
-    import torch
-    from reference import PiTReference
-
-    from meshop.train import relative_l2
-
-    torch.manual_seed(0)
-    data = models.batch_of(models.samples(n, batch_size, latent=latent))
-    y = data.y.view(-1, 1)
-    ours = models.build_model("PiT")
-    ref = PiTReference(2 + models.PARAMS, 1, models.WIDTH, models.HEADS, models.BLOCKS)
-    pos, features, latent_pos = models.dense_inputs(data, batch_size)
-
-    def loss(pred):
-        return relative_l2(pred.reshape(-1, 1), y, data.batch, batch_size)
-
-    return {
-        "meshop": (_trainer(ours, lambda: loss(ours(data))), _params(ours)),
-        "reference": (
-            _trainer(ref, lambda: loss(ref(features, pos, latent_pos))),
-            _params(ref),
-        ),
-        "dense": (
-            _trainer(ours, lambda: loss(models.dense_pit(ours, pos, features, latent_pos))),
-            _params(ours),
-        ),
-    }
-
-
-#: meshop's ONO options of the authors' orthogonal attention: batch whitening with a running
-#: moment, no value projection W_V, the raw sum as inner product
-ONO_AUTHORS_WHITENING = dict(orthonormalize="batch", value_projection=False, inner_product="sum")
-#: ... and of the authors' blocks: linear attention without per-head layer norms or coordinates,
-#: the last stage's FFN a single linear layer: the authors' ``ONO2``
-ONO_AUTHORS = dict(
-    ONO_AUTHORS_WHITENING, feature_layer_norm=False, feature_coordinates=False, linear_decoder=True
-)
-#: the options of ``ono_case(authors=...)``
-ONO_OPTIONS = {True: ONO_AUTHORS, "whitening": ONO_AUTHORS_WHITENING, False: {}}
-
-
-def ono_model(authors: bool | str):
-    """meshop's ONO at the benchmark's sizes: the authors' model (``True``), the authors'
-    whitening in meshop's blocks (``"whitening"``) or meshop's defaults (``False``)."""
-    from meshop.models import ONO
-
-    return ONO(
-        3,
-        1,
-        2,
-        64,
-        layers=4,
-        k=16,
-        heads=4,
-        feature_attention="linear",
-        mlp_ratio=1,
-        **ONO_OPTIONS[authors],
-    )
-
-
-def ono_case(n: int, batch_size: int, grid: bool, authors: bool | str = True) -> dict:
-    """ONO: width 64, 4 layers, 4 heads, k = 16, mlp_ratio 1, linear feature attention, on one
-    input field; meshop as the authors' model, with the authors' whitening in meshop's blocks, or
-    with its defaults (see :func:`ono_model`)."""
-    import torch
-    from reference import ONOReference
-
-    from meshop.data import from_points, grid_points, make_loader
-    from meshop.train import relative_l2
-
-    torch.manual_seed(0)
-    side = round(n**0.5)
-    samples = []
-    for _ in range(batch_size):
-        pos = grid_points((side, side)) if grid else torch.rand(n, 2)
-        f = torch.randn(len(pos))
-        samples.append(from_points(pos, x=f, y=torch.sin(3 * pos[:, 0]) * f))
-    data = next(iter(make_loader(samples, batch_size=batch_size)))
-    count = len(samples[0].pos)
-    y = data.y.view(-1, 1)
-    ours = ono_model(authors)
-    ref = ONOReference(3, 1, width=64, layers=4, heads=4, psi_dim=16, mlp_ratio=1)
-    features = torch.cat([data.pos, data.x], dim=-1).view(batch_size, count, 3)
-
-    def loss(pred):
-        return relative_l2(pred.reshape(-1, 1), y, data.batch, batch_size)
-
-    return {
-        "meshop": (_trainer(ours, lambda: loss(ours(data))), _params(ours)),
-        "reference": (_trainer(ref, lambda: loss(ref(features))), _params(ref)),
-    }
 
 
 def cases(quick: bool) -> list[tuple[str, callable, dict]]:

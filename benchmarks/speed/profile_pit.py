@@ -1,15 +1,16 @@
 """Where a PiT training step spends its time: torch.profiler over meshop's PiT at the settings of
-``speed_vs_reference.py`` (972 nodes, batch 8, width 64, 2 heads, 4 blocks, 2 % quantile fields),
+``training_vs_reference.py`` (972 nodes, batch 8, width 64, 2 heads, 4 blocks, 2 % quantile fields),
 grouped into position attention, neighbour search, linear layers and the rest, next to the
 floating-point work the attention itself needs.
 
-    python benchmarks/profile_pit.py                 # 972 / 972 and 972 / 256 latent nodes
-    python benchmarks/profile_pit.py --quick         # smoke test
+    python -m benchmarks.speed.profile_pit                 # 972 / 972 and 972 / 256 latent nodes
+    python -m benchmarks.speed.profile_pit --quick         # smoke test
 """
 
 from __future__ import annotations
 
-from common import SECTION_END, SECTION_START, machine, markdown_table, profile_args
+from benchmarks.lib.common import SECTION_END, SECTION_START, machine, markdown_table, profile_args
+from benchmarks.lib.training_steps import pit_case
 
 #: operator name fragments of each group (first match wins)
 GROUPS = {
@@ -54,7 +55,6 @@ def attention_flops(n_latent: int, batch: int, heads: int, width: int, blocks: i
 
 def profile_case(n: int, latent: int, batch: int, steps: int) -> dict:
     import torch
-    from speed_vs_reference import pit_case
     from torch.profiler import ProfilerActivity, profile
 
     step = pit_case(n, latent, batch)["meshop"][0]

@@ -32,7 +32,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+#: the repository root, where the entry points run as ``python -m benchmarks.<folder>.<name>``
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
 #: markers around the measured part of a result file, which docs/benchmarks.md includes with
 #: pymdownx.snippets (``--8<-- "benchmarks/results/<name>.md:results"``)
 SECTION_START = "<!-- --8<-- [start:results] -->"
@@ -466,11 +468,13 @@ def rerun_args(argv: Sequence[str] | None = None) -> list[str]:
 
 
 def _script(path: str) -> str:
-    """A script's path as typed from the repository root (run_all.py passes absolute ones)."""
+    """How an entry point at ``path`` is run from the repository root: ``-m benchmarks.speed.x``
+    for a module of this package, the path itself otherwise."""
     try:
-        return str(Path(path).resolve().relative_to(Path(__file__).resolve().parents[1]))
+        module = Path(path).resolve().relative_to(ROOT).with_suffix("")
     except ValueError:
         return path
+    return f"-m {'.'.join(module.parts)}"
 
 
 def progress(message: str) -> None:
@@ -492,7 +496,7 @@ def load_results(results: Path, names: Sequence[str]) -> dict[str, dict]:
 
 
 def profile_args(argv, description: str, steps: int) -> argparse.Namespace:
-    """The options of the ``profile_*.py`` scripts (``--quick``, ``--threads``, ``--steps``,
+    """The options of the ``speed/profile_*.py`` scripts (``--quick``, ``--threads``, ``--steps``,
     ``--out``), parsed, with torch set to that many threads."""
     import torch
 

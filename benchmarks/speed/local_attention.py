@@ -13,13 +13,13 @@ Two receptive fields:
   quantile (about N / 100 neighbours per latent node: edges grow linearly with N);
 - ``knn``: local self-attention over the N nodes with the 8 nearest neighbours (8 N edges).
 
-    python benchmarks/local_attention.py            # full table (a few minutes on one core)
-    python benchmarks/local_attention.py --quick    # smoke test
+    python -m benchmarks.speed.local_attention            # full table (a few minutes on one core)
+    python -m benchmarks.speed.local_attention --quick    # smoke test
 """
 
 from __future__ import annotations
 
-from common import (
+from benchmarks.lib.common import (
     comparison_table,
     dense_estimate,
     devices,
@@ -29,9 +29,8 @@ from common import (
     skip_note,
     write_results,
 )
+from benchmarks.lib.settings import LAYER_HEADS, LAYER_WIDTH, LOCAL_K, LOCAL_LATENT, LOCAL_QUANTILE
 
-WIDTH, HEADS = 64, 2  # PiT defaults
-QUANTILE, LATENT, K = 0.01, 1024, 8
 #: dense matrices held at the peak per N_dst * N_src entries, before any dense case measured it
 DEFAULT_K = {False: 6.0, True: 10.0}
 
@@ -69,11 +68,15 @@ def build(field: str, n: int, device: str = "cpu", backward: bool = False, seed:
 
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    receptive = {"quantile": QUANTILE} if field == "quantile" else {"k": K}
-    layer = LocalPositionAttention(WIDTH, WIDTH, heads=HEADS, **receptive).to(device)
-    x = torch.randn(n, WIDTH, generator=generator).to(device).requires_grad_(backward)
+    receptive = {"quantile": LOCAL_QUANTILE} if field == "quantile" else {"k": LOCAL_K}
+    layer = LocalPositionAttention(LAYER_WIDTH, LAYER_WIDTH, heads=LAYER_HEADS, **receptive).to(
+        device
+    )
+    x = torch.randn(n, LAYER_WIDTH, generator=generator).to(device).requires_grad_(backward)
     pos_src = torch.rand(n, 2, generator=generator).to(device)
-    pos_dst = torch.rand(LATENT, 2, generator=generator).to(device) if field == "quantile" else None
+    pos_dst = (
+        torch.rand(LOCAL_LATENT, 2, generator=generator).to(device) if field == "quantile" else None
+    )
     return layer, x, pos_src, pos_dst
 
 
@@ -133,7 +136,7 @@ def main(argv=None) -> None:
     records = []
     for device in devices(args):
         for field, n in cases(args.quick):
-            n_dst = LATENT if field == "quantile" else n
+            n_dst = LOCAL_LATENT if field == "quantile" else n
             for backward in (False, True):
                 for impl in ("meshop", "dense"):
                     record = dict(
@@ -156,8 +159,8 @@ def main(argv=None) -> None:
                         record |= run_cli_case(prepare, params, device, args)
                     records.append(record)
     fields = {
-        "quantile": f"{QUANTILE:.0%} quantile, N sources onto {LATENT} targets",
-        "knn": f"{K} nearest neighbours, N sources onto the same N targets",
+        "quantile": f"{LOCAL_QUANTILE:.0%} quantile, N sources onto {LOCAL_LATENT} targets",
+        "knn": f"{LOCAL_K} nearest neighbours, N sources onto the same N targets",
     }
     tables = {
         f"{device.upper()}, {fields[field]}, {'forward + backward' if bw else 'forward'}": (
@@ -174,7 +177,8 @@ def main(argv=None) -> None:
     }
     write_results(
         "local_attention",
-        f"Local position-attention (width {WIDTH}, {HEADS} heads): meshop vs dense mask",
+        f"Local position-attention (width {LAYER_WIDTH}, {LAYER_HEADS} heads): "
+        "meshop vs dense mask",
         args,
         tables,
         records,

@@ -12,10 +12,10 @@ relative L2 for all), parameters, epochs and training time. The Darcy models tra
 grid are evaluated, without retraining, on the same test fields sampled 2x and 4x finer, and the
 DarcyMesh models on the same test domains and fields meshed 2x and 4x finer.
 
-    python benchmarks/accuracy.py --jobs 2             # the full table, two runs side by side
-    python benchmarks/accuracy.py --jobs 2 --resume    # go on after an interruption
-    python benchmarks/accuracy.py --quick              # smoke test: tiny data, one epoch
-    python benchmarks/accuracy.py --datasets darcy --models pit,ono --minutes 5
+    python -m benchmarks.accuracy.model_table --jobs 2           # the full table, 2 runs at a time
+    python -m benchmarks.accuracy.model_table --jobs 2 --resume  # go on after an interruption
+    python -m benchmarks.accuracy.model_table --quick            # smoke test: tiny data, 1 epoch
+    python -m benchmarks.accuracy.model_table --datasets darcy --models pit,ono --minutes 5
 
 The generated data is cached in the data root (``--data-dir``, else ``$MESHOP_DATA``, else
 ``datasets/``) and generated before any training starts; checkpoints go to ``--runs`` (default
@@ -31,7 +31,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from common import (
+from benchmarks.lib.common import (
     RESULTS,
     SECTION_END,
     SECTION_START,
@@ -40,24 +40,8 @@ from common import (
     markdown_table,
     progress,
 )
+from benchmarks.lib.training_runs import DATASETS, NAMES, dataset_options, run_config
 
-from meshop.models.registry import MODELS as REGISTERED
-
-#: split sizes and dataset options, the same for every model of a dataset
-DATASETS = {
-    "elasticity": dict(num_train=200, num_test=50),
-    "airfoil": dict(num_train=200, num_test=50, num_panels=100, num_layers=20),
-    "darcy": dict(num_train=200, num_test=50, resolution=22, fine_resolution=421),
-    "burgers": dict(num_train=200, num_test=50, resolution=256),
-    "darcy-mesh": dict(num_train=400, num_test=50),
-}
-QUICK = {
-    "elasticity": dict(num_train=4, num_test=2, max_area=0.01),
-    "airfoil": dict(num_train=4, num_test=2, num_panels=30, num_layers=6),
-    "darcy": dict(num_train=4, num_test=2, resolution=6, fine_resolution=41),
-    "burgers": dict(num_train=4, num_test=2, resolution=32, fine_resolution=1024),
-    "darcy-mesh": dict(num_train=4, num_test=2, max_area=0.01),
-}
 #: epochs of each model on each dataset (default budget); the operators on the mesh datasets get
 #: more (the mesh problems need more steps); the measured times are in the tables. PiT: 150
 #: epochs on Elasticity (0.098 after 40, 0.064 after 150; 450 epochs gave 0.074 with a training
@@ -103,7 +87,6 @@ MODELS = ("pit", "galerkin", "fourier", "ono", "transolver", "mlp")
 SUPER_RESOLUTION_MODELS = ("pit", "galerkin", "fourier", "ono", "transolver")
 #: refinement levels of the DarcyMesh test meshes evaluated without retraining (2x, 4x finer)
 REFINEMENTS = (1, 2)
-NAMES = {name: entry.title for name, entry in REGISTERED.items()}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -149,17 +132,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def dataset_options(dataset: str, args) -> dict:
-    return dict((QUICK if args.quick else DATASETS)[dataset])
-
-
 def budget(args) -> str:
     """The budget of the table's header."""
     if args.minutes is not None:
         return f"{args.minutes:g} min of training"
     if args.epochs is not None or args.quick:
         return f"{args.epochs or 1} epochs"
-    return "the epochs of the table (benchmarks/accuracy.py: EPOCHS)"
+    return "the epochs of the table (benchmarks/accuracy/model_table.py: EPOCHS)"
 
 
 def super_resolutions(train_resolution: int, fine_resolution: int) -> list[int]:
@@ -170,34 +149,6 @@ def super_resolutions(train_resolution: int, fine_resolution: int) -> list[int]:
         if (fine_resolution - 1) % (resolution - 1) == 0:
             out.append(resolution)
     return out
-
-
-def run_config(dataset: str, model: str, epochs: int, out: Path, args, settings=None):
-    """The run of one pair; ``settings`` (``{"train": ..., "model": ..., "dataset": ...}``) go
-    over the presets and the table's split sizes (preset trials, ``tune.py``)."""
-    from meshop.train.config import RunConfig
-
-    settings = settings or {}
-    return RunConfig(
-        dataset=dataset,
-        model=model,
-        out=str(out),
-        data_dir=args.data_dir,
-        train={
-            **settings.get("train", {}),
-            "epochs": epochs,
-            "seed": args.seed,
-            "progress": False,
-            "device": "cpu",
-        },
-        model_args=settings.get("model", {}),
-        dataset_args={
-            **dataset_options(dataset, args),
-            **settings.get("dataset", {}),
-            "seed": args.seed,
-            "progress": False,
-        },
-    )
 
 
 def epochs_in_budget(dataset: str, model: str, args) -> tuple[int, float]:
@@ -494,7 +445,9 @@ def summary_table(records: list[dict]) -> str:
 
 #: the README's accuracy section lies between these markers (written by :func:`update_readme`)
 README = RESULTS.parent.parent / "README.md"
-README_START = "<!-- accuracy: generated by `python benchmarks/accuracy.py`, do not edit -->"
+README_START = (
+    "<!-- accuracy: generated by `python -m benchmarks.accuracy.model_table`, do not edit -->"
+)
 README_END = "<!-- end of the generated accuracy section -->"
 #: the generated datasets on irregular meshes, in the order the findings name them
 MESH_COLUMNS = ("darcy-mesh", "elasticity", "airfoil")

@@ -6,13 +6,13 @@ The dense form, written here as the PiT authors' code does it, builds the full d
 a row softmax per head and an einsum. Both run the same layer (same weights); the script first
 checks that they agree.
 
-    python benchmarks/position_attention.py            # full table (a few minutes on one core)
-    python benchmarks/position_attention.py --quick    # smoke test
+    python -m benchmarks.speed.global_attention            # full table (a few minutes on one core)
+    python -m benchmarks.speed.global_attention --quick    # smoke test
 """
 
 from __future__ import annotations
 
-from common import (
+from benchmarks.lib.common import (
     comparison_table,
     dense_estimate,
     devices,
@@ -22,8 +22,8 @@ from common import (
     skip_note,
     write_results,
 )
+from benchmarks.lib.settings import LAYER_HEADS, LAYER_WIDTH
 
-WIDTH, HEADS = 64, 2  # PiT defaults
 #: meshop cases with more target-source pairs than this are left out of the full run (time only)
 MAX_PAIRS = 5 * 10**8
 #: dense matrices held at the peak, per N_dst * N_src entries, before any dense case measured it
@@ -56,8 +56,8 @@ def build(n_src: int, n_dst: int | None, device: str = "cpu", backward: bool = F
 
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    layer = PositionAttention(WIDTH, WIDTH, heads=HEADS).to(device)
-    x = torch.randn(n_src, WIDTH, generator=generator).to(device).requires_grad_(backward)
+    layer = PositionAttention(LAYER_WIDTH, LAYER_WIDTH, heads=LAYER_HEADS).to(device)
+    x = torch.randn(n_src, LAYER_WIDTH, generator=generator).to(device).requires_grad_(backward)
     pos_src = torch.rand(n_src, 2, generator=generator).to(device)
     pos_dst = None if n_dst is None else torch.rand(n_dst, 2, generator=generator).to(device)
     return layer, x, pos_src, pos_dst
@@ -163,7 +163,8 @@ def main(argv=None) -> None:
     }
     write_results(
         "position_attention",
-        f"Global and cross position-attention (width {WIDTH}, {HEADS} heads): meshop vs dense",
+        f"Global and cross position-attention (width {LAYER_WIDTH}, {LAYER_HEADS} heads): "
+        "meshop vs dense",
         args,
         tables,
         records,

@@ -8,15 +8,15 @@ All four run on torch-cluster through :mod:`meshop.data`, on N random points of 
 - ``quantile``: :func:`meshop.data.quantile_index`, PiT's 1% quantile field from each of 1024
   latent nodes to the N nodes (about N / 100 neighbours each, found by kNN).
 
-    python benchmarks/neighbors.py            # full table (a few minutes on one core)
-    python benchmarks/neighbors.py --quick    # smoke test
+    python -m benchmarks.speed.neighbor_search            # full table (a few minutes on one core)
+    python -m benchmarks.speed.neighbor_search --quick    # smoke test
 """
 
 from __future__ import annotations
 
 import math
 
-from common import (
+from benchmarks.lib.common import (
     devices,
     fmt_count,
     fmt_mb,
@@ -28,13 +28,13 @@ from common import (
     run_cli_case,
     write_results,
 )
+from benchmarks.lib.settings import FIELD_K, FIELD_LATENT, FIELD_QUANTILE
 
-LATENT, K, QUANTILE = 1024, 16, 0.01
 OPERATIONS = {
-    "fps": f"farthest point sampling of {LATENT} nodes",
-    "knn": f"{K} nearest neighbours of every node",
-    "radius": f"radius holding {K} nodes on average, every node",
-    "quantile": f"{QUANTILE:.0%} quantile field of {LATENT} targets",
+    "fps": f"farthest point sampling of {FIELD_LATENT} nodes",
+    "knn": f"{FIELD_K} nearest neighbours of every node",
+    "radius": f"radius holding {FIELD_K} nodes on average, every node",
+    "quantile": f"{FIELD_QUANTILE:.0%} quantile field of {FIELD_LATENT} targets",
 }
 
 
@@ -45,20 +45,20 @@ def prepare(operation: str, n: int, device: str):
 
     generator = torch.Generator().manual_seed(0)
     pos = torch.rand(n, 2, generator=generator).to(device)
-    targets = torch.rand(LATENT, 2, generator=generator).to(device)
-    radius = math.sqrt(K / (math.pi * n))
+    targets = torch.rand(FIELD_LATENT, 2, generator=generator).to(device)
+    radius = math.sqrt(FIELD_K / (math.pi * n))
     calls = {
-        "fps": lambda: farthest_point_sampling(pos, LATENT),
-        "knn": lambda: knn_index(pos, pos, K),
-        "radius": lambda: radius_index(pos, pos, radius, max_num_neighbors=8 * K),
-        "quantile": lambda: quantile_index(pos, targets, QUANTILE),
+        "fps": lambda: farthest_point_sampling(pos, FIELD_LATENT),
+        "knn": lambda: knn_index(pos, pos, FIELD_K),
+        "radius": lambda: radius_index(pos, pos, radius, max_num_neighbors=8 * FIELD_K),
+        "quantile": lambda: quantile_index(pos, targets, FIELD_QUANTILE),
     }
     return calls[operation]
 
 
 def cases(quick: bool) -> list[tuple[str, int]]:
     sizes = [2000, 5000] if quick else [10**3, 10**4, 10**5, 10**6]
-    return [(op, n) for op in OPERATIONS for n in sizes if not (op == "fps" and n <= LATENT)]
+    return [(op, n) for op in OPERATIONS for n in sizes if not (op == "fps" and n <= FIELD_LATENT)]
 
 
 def main(argv=None) -> None:

@@ -13,13 +13,13 @@ The dense PiT ("the paper's code") runs the same weights on [B, N, C] tensors: f
 matrices, ``torch.quantile`` masks, softmax and einsum; the script checks that it agrees with
 meshop's PiT first.
 
-    python benchmarks/models.py            # full tables (several minutes on one core)
-    python benchmarks/models.py --quick    # smoke test
+    python -m benchmarks.speed.whole_models            # full tables (several minutes on one core)
+    python -m benchmarks.speed.whole_models --quick    # smoke test
 """
 
 from __future__ import annotations
 
-from common import (
+from benchmarks.lib.common import (
     comparison_table,
     dense_estimate,
     devices,
@@ -35,113 +35,21 @@ from common import (
     skip_note,
     write_results,
 )
+from benchmarks.lib.reference import dense_inputs, dense_pit
+from benchmarks.lib.settings import (
+    ELASTICITY_NODES,
+    PIT_BLOCKS,
+    PIT_HEADS,
+    PIT_KNN,
+    PIT_LATENT,
+    PIT_QUANTILE,
+    PIT_WIDTH,
+)
+from benchmarks.lib.workloads import batch_of, build_model, samples
 
-ELASTICITY_NODES, PARAMS, LATENT = 972, 42, 972
-WIDTH, HEADS, BLOCKS, QUANTILE = 64, 2, 4, 0.02
 MODELS = ("PiT", "Galerkin Transformer", "ONO")
 #: dense matrices held at the peak per B * N * N_latent entries, before any dense case measured it
 DEFAULT_K = 20.0
-
-
-def build_model(name: str, **fields):
-    """One of the three models at the shared sizes; ``fields`` override PiT's receptive fields."""
-    from meshop.models import ONO, GalerkinTransformer, PiT
-
-    in_channels = 2 + PARAMS
-    if name == "PiT":
-        receptive = fields or dict(encoder_quantile=QUANTILE, decoder_quantile=QUANTILE)
-        # the paper's unweighted form, which dense_pit below computes
-        return PiT(
-            in_channels, 1, 2, width=WIDTH, heads=HEADS, blocks=BLOCKS, weighted=False, **receptive
-        )
-    if name == "Galerkin Transformer":
-        return GalerkinTransformer(
-            in_channels,
-            1,
-            2,
-            channels=WIDTH,
-            heads=HEADS,
-            layers=BLOCKS,
-            path="mesh",
-            cross_heads=HEADS,
-            quantile=QUANTILE,
-        )
-    return ONO(in_channels, 1, 2, width=WIDTH, layers=BLOCKS, heads=HEADS)
-
-
-def samples(n: int, count: int, latent: int = LATENT, seed: int = 0):
-    """``count`` Elasticity-like samples of ``n`` random nodes each (different meshes), with a
-    farthest-point latent mesh of ``latent`` nodes when ``latent < n``."""
-    import math
-
-    import torch
-
-    from meshop.data import add_latent_mesh, from_points
-
-    generator = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(count):
-        pos = torch.rand(n, 2, generator=generator)
-        params = torch.randn(PARAMS, generator=generator)
-        y = torch.sin(2 * math.pi * pos[:, 0]) * params[0] + pos[:, 1] * params[1]
-        data = from_points(pos, y=y, params=params)
-        if latent < n:
-            add_latent_mesh(data, latent, seed=seed + i)
-        out.append(data)
-    return out
-
-
-def batch_of(data_list):
-    from meshop.data import make_loader
-
-    return next(iter(make_loader(data_list, batch_size=len(data_list))))
-
-
-def dense_attention(layer, u, pos_src, pos_dst, quantile=None):
-    """Position-attention as the PiT authors' code computes it, on [B, N, C] tensors.
-
-    Args:
-        layer: a meshop PositionAttention or LocalPositionAttention (its W^V and lambda).
-        u: [B, N_src, C] source features; pos_src [B, N_src, D], pos_dst [B, N_dst, D].
-        quantile: the local receptive field (None: global attention).
-    """
-    import torch
-
-    b, n_src = u.shape[:2]
-    v = layer.lin_v(u).view(b, n_src, layer.heads, layer.head_channels)
-    dist = (pos_dst[:, :, None, :] - pos_src[:, None, :, :]).square().sum(-1)  # [B, Nd, Ns]
-    logits = -layer.lam[None, :, None, None] * dist[:, None]  # [B, H, Nd, Ns]
-    if quantile is not None:
-        radius = torch.quantile(dist, quantile, dim=-1, keepdim=True)  # [B, Nd, 1]
-        logits = logits.masked_fill((dist > radius)[:, None], float("-inf"))
-    attn = torch.softmax(logits, dim=-1)
-    return torch.einsum("bhij,bjhc->bihc", attn, v).reshape(b, pos_dst.shape[1], -1)
-
-
-def dense_pit(model, pos, features, latent_pos):
-    """meshop's PiT (same modules and weights) evaluated densely: [B, N, C] -> [B, N, C_out]."""
-    import torch.nn.functional as F
-
-    q_in, q_out = model.encoder.field["quantile"], model.decoder.field["quantile"]
-    u = F.gelu(model.lift(features))
-    u = F.gelu(dense_attention(model.encoder, u, pos, latent_pos, q_in))
-    for block in model.processor:
-        h = F.gelu(dense_attention(block.attn, u, latent_pos, latent_pos))
-        u = F.gelu(block.mlp(h) + block.skip(u))
-    u = F.gelu(dense_attention(model.decoder, u, latent_pos, pos, q_out))
-    return model.head(u)
-
-
-def dense_inputs(batch, size: int):
-    """The batch as the dense code takes it: [B, N, D] positions, features, latent positions."""
-    from meshop.data import latent_nodes, node_features
-
-    latent_pos, _ = latent_nodes(batch)
-    return (
-        batch.pos.view(size, -1, 2),
-        node_features(batch).view(size, -1, 2 + PARAMS),
-        latent_pos.view(size, -1, 2),
-    )
 
 
 def prepare_training(impl: str, model: str, n: int, batch_size: int, device: str):
@@ -172,9 +80,9 @@ def prepare_inference(n: int, fields: str, device: str):
 
     torch.manual_seed(0)
     receptive = (
-        dict(encoder_k=KNN_FIELD, decoder_k=KNN_FIELD)
+        dict(encoder_k=PIT_KNN, decoder_k=PIT_KNN)
         if fields == "knn"
-        else dict(encoder_quantile=QUANTILE, decoder_quantile=QUANTILE)
+        else dict(encoder_quantile=PIT_QUANTILE, decoder_quantile=PIT_QUANTILE)
     )
     net = build_model("PiT", **receptive).to(device).eval()
     data = samples(n, 1)[0].to(device)
@@ -186,17 +94,13 @@ def prepare_inference(n: int, fields: str, device: str):
     return step
 
 
-#: neighbours of the kNN variant: what the 2% quantile gives on the 972-node training mesh
-KNN_FIELD = round(QUANTILE * ELASTICITY_NODES)
-
-
 def check_agreement(n: int, batch_size: int) -> float:
     """Largest difference between meshop's PiT and the dense form on one batch."""
     import torch
 
     torch.manual_seed(0)
     net = build_model("PiT").eval()
-    batch = batch_of(samples(n, batch_size, latent=min(LATENT, n // 2)))
+    batch = batch_of(samples(n, batch_size, latent=min(PIT_LATENT, n // 2)))
     with torch.no_grad():
         ours = net(batch)
         dense = dense_pit(net, *dense_inputs(batch, batch_size)).reshape(len(ours), -1)
@@ -235,7 +139,7 @@ def main(argv=None) -> None:
         for n, batch_size in training_cases(args.quick):
             for model in MODELS:
                 for impl in ("meshop", "dense") if model == "PiT" else ("meshop",):
-                    latent = min(LATENT, n)
+                    latent = min(PIT_LATENT, n)
                     record = dict(
                         device=device,
                         table="training",
@@ -297,7 +201,8 @@ def main(argv=None) -> None:
         )
     write_results(
         "models",
-        f"Whole models (width {WIDTH}, {HEADS} heads, {BLOCKS} blocks, latent mesh {LATENT} nodes)",
+        f"Whole models (width {PIT_WIDTH}, {PIT_HEADS} heads, {PIT_BLOCKS} blocks, "
+        f"latent mesh {PIT_LATENT} nodes)",
         args,
         tables,
         records,
@@ -338,8 +243,8 @@ def training_table(records: list[dict], device: str) -> str:
 
 def inference_table(records: list[dict], device: str) -> str:
     fields = {
-        "quantile": f"{QUANTILE:.0%} quantile (encoder and decoder)",
-        "knn": f"{KNN_FIELD} nearest neighbours (encoder and decoder)",
+        "quantile": f"{PIT_QUANTILE:.0%} quantile (encoder and decoder)",
+        "knn": f"{PIT_KNN} nearest neighbours (encoder and decoder)",
     }
     rows = [
         [

@@ -2,7 +2,7 @@
 
 These are not meshop's layers: they are the published implementations' ways of computing the same
 operators, re-expressed here in a few lines each so that the speed comparison
-(``benchmarks/speed_vs_reference.py``) runs both in one process on the same inputs.
+(``benchmarks/speed/training_vs_reference.py``) runs both in one process on the same inputs.
 
 - :class:`GalerkinReferenceLayer`: the Galerkin Transformer authors' encoder layer (their
   ``SimpleAttention`` + feed-forward): features as dense ``[B, n, d]``; Q, K, V by ``nn.Linear``,
@@ -26,6 +26,9 @@ operators, re-expressed here in a few lines each so that the speed comparison
   (in training; it also updates the running covariance that evaluation uses), its Cholesky factor
   ``L`` inverted and ``x_ <- x_ L^{-T}``, then ``fx <- (x_ softplus(mu)) (x_^T fx) + fx`` and
   ``fx <- MLP(LN(fx))`` (a linear to the output in the last block).
+- :func:`dense_pit`: meshop's PiT (its modules and weights) evaluated as the PiT authors' code
+  evaluates theirs, on ``[B, N, C]`` tensors: full distance matrices, ``torch.quantile`` masks,
+  softmax and einsum (``speed/whole_models.py`` checks that it agrees with meshop's PiT).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from benchmarks.lib.settings import ELASTICITY_PARAMS
 
 _FLOAT32_MAX = torch.finfo(torch.float32).max
 
@@ -289,6 +294,49 @@ class ONOReference(nn.Module):
         return fx
 
 
+def dense_attention(layer, u, pos_src, pos_dst, quantile=None):
+    """Position-attention as the PiT authors' code computes it, on [B, N, C] tensors.
+
+    Args:
+        layer: a meshop PositionAttention or LocalPositionAttention (its W^V and lambda).
+        u: [B, N_src, C] source features; pos_src [B, N_src, D], pos_dst [B, N_dst, D].
+        quantile: the local receptive field (None: global attention).
+    """
+    b, n_src = u.shape[:2]
+    v = layer.lin_v(u).view(b, n_src, layer.heads, layer.head_channels)
+    dist = (pos_dst[:, :, None, :] - pos_src[:, None, :, :]).square().sum(-1)  # [B, Nd, Ns]
+    logits = -layer.lam[None, :, None, None] * dist[:, None]  # [B, H, Nd, Ns]
+    if quantile is not None:
+        radius = torch.quantile(dist, quantile, dim=-1, keepdim=True)  # [B, Nd, 1]
+        logits = logits.masked_fill((dist > radius)[:, None], float("-inf"))
+    attn = torch.softmax(logits, dim=-1)
+    return torch.einsum("bhij,bjhc->bihc", attn, v).reshape(b, pos_dst.shape[1], -1)
+
+
+def dense_pit(model, pos, features, latent_pos):
+    """meshop's PiT (same modules and weights) evaluated densely: [B, N, C] -> [B, N, C_out]."""
+    q_in, q_out = model.encoder.field["quantile"], model.decoder.field["quantile"]
+    u = F.gelu(model.lift(features))
+    u = F.gelu(dense_attention(model.encoder, u, pos, latent_pos, q_in))
+    for block in model.processor:
+        h = F.gelu(dense_attention(block.attn, u, latent_pos, latent_pos))
+        u = F.gelu(block.mlp(h) + block.skip(u))
+    u = F.gelu(dense_attention(model.decoder, u, latent_pos, pos, q_out))
+    return model.head(u)
+
+
+def dense_inputs(batch, size: int):
+    """The batch as the dense code takes it: [B, N, D] positions, features, latent positions."""
+    from meshop.data import latent_nodes, node_features
+
+    latent_pos, _ = latent_nodes(batch)
+    return (
+        batch.pos.view(size, -1, 2),
+        node_features(batch).view(size, -1, 2 + ELASTICITY_PARAMS),
+        latent_pos.view(size, -1, 2),
+    )
+
+
 __all__ = [
     "GalerkinReferenceAttention",
     "GalerkinReferenceEncoder",
@@ -298,5 +346,8 @@ __all__ = [
     "ONOReferenceBlock",
     "PiTReference",
     "PiTReferencePosAtt",
+    "dense_attention",
+    "dense_inputs",
+    "dense_pit",
     "pit_lambda",
 ]

@@ -9,17 +9,17 @@ Forward passes (evaluation mode, no gradients) of one sample of N nodes in the u
 Slicing and deslicing cost O(N H M D) time and hold O(N H M) slice weights; the attention among
 the M slice tokens does not grow with N. The growth exponent between consecutive sizes shows it:
 1 is linear. Peak memory is deterministic; times are measured on a shared machine (the fastest
-call; see ``common.py``).
+call; see ``lib/common.py``).
 
-    python benchmarks/transolver.py            # full table (a few minutes on one core)
-    python benchmarks/transolver.py --quick    # smoke test
+    python -m benchmarks.speed.transolver_scaling            # full table (minutes on one core)
+    python -m benchmarks.speed.transolver_scaling --quick    # smoke test
 """
 
 from __future__ import annotations
 
 import math
 
-from common import (
+from benchmarks.lib.common import (
     devices,
     fmt_count,
     fmt_mb,

@@ -1,9 +1,7 @@
 """The measured figures that the documentation's prose quotes, generated from the result files.
 
-    python benchmarks/notes.py          # write benchmarks/results/notes.md
-    python benchmarks/notes.py --check  # exit status 1 if notes.md differs from the results
-
-``python benchmarks/summary.py`` writes this file too. The pages include its sections with
+``python -m benchmarks.report.notes`` writes them to ``benchmarks/results/notes.md``, and
+``python -m benchmarks.report.summary`` writes that file too. The pages include its sections with
 ``--8<-- "benchmarks/results/notes.md:NAME"`` instead of copying a figure by hand, so a rerun of the
 benchmarks changes the prose with the tables:
 
@@ -16,18 +14,18 @@ A section whose figures are missing from the results (a quick run) says so inste
 
 from __future__ import annotations
 
-import argparse
-import sys
 import textwrap
 from pathlib import Path
 
-from common import RESULTS, fmt_count, fmt_mb, fmt_time, load_results
-from models import HEADS, LATENT
-from models import KNN_FIELD as PIT_KNN
-from models import QUANTILE as PIT_QUANTILE
-from neighbors import LATENT as FIELD_TARGETS
-from neighbors import QUANTILE as FIELD_QUANTILE
-
+from benchmarks.lib.common import fmt_count, fmt_mb, fmt_time, load_results
+from benchmarks.lib.settings import (
+    FIELD_LATENT,
+    FIELD_QUANTILE,
+    PIT_HEADS,
+    PIT_KNN,
+    PIT_LATENT,
+    PIT_QUANTILE,
+)
 from meshop.data.neighbors import RADIUS_SEARCH_FROM
 
 #: the result files the notes read
@@ -65,11 +63,11 @@ def pit_step(data: dict) -> str:
         dense = records(data, "models", table="training", model="PiT", impl="dense", n=ours["n"])
         if dense:
             pairs[ours["n"]] = (ours, dense[0])
-    if LATENT not in pairs:
+    if PIT_LATENT not in pairs:
         return fill(f"**The PiT training step.** {NOT_MEASURED}")
-    ours, dense = pairs[LATENT]
+    ours, dense = pairs[PIT_LATENT]
     speed = dense["time_s"] / ours["time_s"]
-    n, batch = LATENT, ours["batch"]
+    n, batch = PIT_LATENT, ours["batch"]
     if speed >= PIT_AIM:
         opening = f"**Why the PiT training step is {speed:.1f}x faster.**"
     else:
@@ -89,7 +87,7 @@ def pit_step(data: dict) -> str:
     )
     return fill(
         f"""{opening} At {n:,} nodes with the latent mesh equal to the input mesh, most of a step
-        is the processor's four global attentions: per block, {batch} samples x {HEADS} heads x
+        is the processor's four global attentions: per block, {batch} samples x {PIT_HEADS} heads x
         {n} x {n} kernel values, forward and backward, including the gradient of each head's
         bandwidth. That arithmetic is $O(N^2)$ in either form; meshop runs it in PyTorch's fused
         attention kernel, which saves the {n} x {n} matrices (memory), not the arithmetic (the
@@ -116,7 +114,7 @@ def large_mesh(data: dict) -> str:
             f"The inference table therefore runs the paper's {PIT_QUANTILE:.0%} fields at "
             f"{fmt_count(n)} nodes ({fmt_time(quantile['time_s'])}, "
             f"{fmt_mb(quantile['peak_mb'])}), beside kNN fields of the size the "
-            f"{PIT_QUANTILE:.0%} quantile has on the {LATENT}-node training mesh ({PIT_KNN} "
+            f"{PIT_QUANTILE:.0%} quantile has on the {PIT_LATENT}-node training mesh ({PIT_KNN} "
             f"neighbours, {fmt_time(knn['time_s'])}, {fmt_mb(knn['peak_mb'])})."
         )
     return fill(
@@ -124,7 +122,7 @@ def large_mesh(data: dict) -> str:
         nodes is about qN neighbours per target. Up to {RADIUS_SEARCH_FROM:,} of them,
         `meshop.data.quantile_index` finds them with torch-cluster's kNN, whose CPU search slows
         down faster than the field grows (it keeps each target's k best in a sorted list). Wider
-        fields, such as PiT's {PIT_QUANTILE:.0%} encoder field from {LATENT} latent nodes onto a
+        fields, such as PiT's {PIT_QUANTILE:.0%} encoder field from {PIT_LATENT} latent nodes onto a
         {fmt_count(big)}-node mesh (about {round(PIT_QUANTILE * big):,} neighbours each), are found
         by radius searches around thresholds estimated from a subsample, repeated where they come
         back short, with the same exact result. {measured}"""
@@ -142,7 +140,7 @@ def quantile_field(data: dict) -> str:
     threads = data["neighbors"].get("machine", {}).get("threads", 1)
     return fill(
         f"""On {fmt_count(largest["n"])} random points in the unit square, the
-        {FIELD_QUANTILE:.0%} quantile field of {FIELD_TARGETS} targets (about
+        {FIELD_QUANTILE:.0%} quantile field of {FIELD_LATENT} targets (about
         {round(FIELD_QUANTILE * largest["n"]):,} neighbours each) took
         {fmt_time(largest["time_s"])} and {fmt_mb(largest["peak_mb"])} on
         {"one CPU thread" if threads == 1 else f"{threads} CPU threads"}"""
@@ -158,31 +156,8 @@ def notes_markdown(data: dict[str, dict]) -> str:
     parts = [
         "## Figures quoted in the documentation",
         "",
-        f"Generated by `python benchmarks/notes.py` from {files} in `benchmarks/results/`.",
+        f"Generated by `python -m benchmarks.report.notes` from {files} in `benchmarks/results/`.",
     ]
     for name, make in SECTIONS.items():
         parts += ["", START.format(name), make(data), END.format(name)]
     return "\n".join(parts) + "\n"
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=RESULTS, help="folder of the result files")
-    parser.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 if notes.md is out of date"
-    )
-    args = parser.parse_args(argv)
-    path = args.results / "notes.md"
-    text = notes_markdown(load(args.results))
-    if path.exists() and path.read_text() == text:
-        return 0
-    if args.check:
-        print(f"{path} is out of date: run python benchmarks/notes.py", file=sys.stderr)
-        return 1
-    path.write_text(text)
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,59 @@
+"""One (dataset, model) training run as the accuracy table (``accuracy/model_table.py``) and the
+preset trials (``accuracy/tune.py``) set it up: the table's split sizes and dataset options, the
+run's configuration over the presets, the models' titles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from meshop.models.registry import MODELS as REGISTERED
+
+#: split sizes and dataset options, the same for every model of a dataset
+DATASETS = {
+    "elasticity": dict(num_train=200, num_test=50),
+    "airfoil": dict(num_train=200, num_test=50, num_panels=100, num_layers=20),
+    "darcy": dict(num_train=200, num_test=50, resolution=22, fine_resolution=421),
+    "burgers": dict(num_train=200, num_test=50, resolution=256),
+    "darcy-mesh": dict(num_train=400, num_test=50),
+}
+QUICK = {
+    "elasticity": dict(num_train=4, num_test=2, max_area=0.01),
+    "airfoil": dict(num_train=4, num_test=2, num_panels=30, num_layers=6),
+    "darcy": dict(num_train=4, num_test=2, resolution=6, fine_resolution=41),
+    "burgers": dict(num_train=4, num_test=2, resolution=32, fine_resolution=1024),
+    "darcy-mesh": dict(num_train=4, num_test=2, max_area=0.01),
+}
+#: the models' titles, as the tables name them
+NAMES = {name: entry.title for name, entry in REGISTERED.items()}
+
+
+def dataset_options(dataset: str, args) -> dict:
+    return dict((QUICK if args.quick else DATASETS)[dataset])
+
+
+def run_config(dataset: str, model: str, epochs: int, out: Path, args, settings=None):
+    """The run of one pair; ``settings`` (``{"train": ..., "model": ..., "dataset": ...}``) go
+    over the presets and the table's split sizes (preset trials, ``accuracy/tune.py``)."""
+    from meshop.train.config import RunConfig
+
+    settings = settings or {}
+    return RunConfig(
+        dataset=dataset,
+        model=model,
+        out=str(out),
+        data_dir=args.data_dir,
+        train={
+            **settings.get("train", {}),
+            "epochs": epochs,
+            "seed": args.seed,
+            "progress": False,
+            "device": "cpu",
+        },
+        model_args=settings.get("model", {}),
+        dataset_args={
+            **dataset_options(dataset, args),
+            **settings.get("dataset", {}),
+            "seed": args.seed,
+            "progress": False,
+        },
+    )

@@ -1,0 +1,149 @@
+"""The training steps that ``speed/training_vs_reference.py`` times and ``speed/profile_pit.py``
+and ``speed/profile_ono.py`` profile: meshop's model and the reference formulation of
+:mod:`benchmarks.lib.reference` on the same inputs, each step forward, loss, backward and an Adam
+step. Every ``*_case`` returns ``{implementation: (step, parameters)}``."""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks.lib.reference import (
+    GalerkinReferenceEncoder,
+    ONOReference,
+    PiTReference,
+    dense_inputs,
+    dense_pit,
+)
+from benchmarks.lib.settings import ELASTICITY_PARAMS, PIT_BLOCKS, PIT_HEADS, PIT_WIDTH
+from benchmarks.lib.workloads import batch_of, build_model, samples
+from meshop.data import from_points, grid_points, make_loader
+from meshop.models import ONO
+from meshop.nn import GalerkinEncoderLayer
+from meshop.train import relative_l2
+
+#: the Galerkin Transformer's 1D encoder (Burgers, Table 5) and the issue's model settings
+GT_CHANNELS, GT_HEADS, GT_LAYERS, GT_BATCH = 96, 1, 4, 4
+
+
+def _params(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _trainer(net, forward):
+    """A training step: ``forward()`` returns the loss."""
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-4)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        forward().backward()
+        optimizer.step()
+
+    return step
+
+
+def galerkin_case(attention: str, n: int) -> dict:
+    """The encoder of the Galerkin Transformer (4 layers, d = 96, 1 head, 1D, batch 4)."""
+    torch.manual_seed(0)
+    b, d = GT_BATCH, GT_CHANNELS
+    x = torch.randn(b, n, d)
+    pos = torch.linspace(0, 1, n).repeat(b, 1)[..., None]  # [B, n, 1]
+    batch = torch.arange(b).repeat_interleave(n)
+    ours = torch.nn.ModuleList(
+        GalerkinEncoderLayer(d, 1, attention, heads=GT_HEADS) for _ in range(GT_LAYERS)
+    )
+    ref = GalerkinReferenceEncoder(d, GT_HEADS, 1, GT_LAYERS, attention)
+
+    def meshop_loss():
+        h = x.view(b * n, d)
+        for layer in ours:
+            h = layer(h, pos.view(b * n, 1), batch)
+        return h.square().mean()
+
+    def reference_loss():
+        return ref(x, pos).square().mean()
+
+    return {
+        "meshop": (_trainer(ours, meshop_loss), _params(ours)),
+        "reference": (_trainer(ref, reference_loss), _params(ref)),
+    }
+
+
+def pit_case(n: int, latent: int, batch_size: int) -> dict:
+    """PiT at the issue's setting: width 64, 2 heads, 4 blocks, 2 % quantile fields."""
+    torch.manual_seed(0)
+    data = batch_of(samples(n, batch_size, latent=latent))
+    y = data.y.view(-1, 1)
+    ours = build_model("PiT")
+    ref = PiTReference(2 + ELASTICITY_PARAMS, 1, PIT_WIDTH, PIT_HEADS, PIT_BLOCKS)
+    pos, features, latent_pos = dense_inputs(data, batch_size)
+
+    def loss(pred):
+        return relative_l2(pred.reshape(-1, 1), y, data.batch, batch_size)
+
+    return {
+        "meshop": (_trainer(ours, lambda: loss(ours(data))), _params(ours)),
+        "reference": (
+            _trainer(ref, lambda: loss(ref(features, pos, latent_pos))),
+            _params(ref),
+        ),
+        "dense": (
+            _trainer(ours, lambda: loss(dense_pit(ours, pos, features, latent_pos))),
+            _params(ours),
+        ),
+    }
+
+
+#: meshop's ONO options of the authors' orthogonal attention: batch whitening with a running
+#: moment, no value projection W_V, the raw sum as inner product
+ONO_AUTHORS_WHITENING = dict(orthonormalize="batch", value_projection=False, inner_product="sum")
+#: ... and of the authors' blocks: linear attention without per-head layer norms or coordinates,
+#: the last stage's FFN a single linear layer: the authors' ``ONO2``
+ONO_AUTHORS = dict(
+    ONO_AUTHORS_WHITENING, feature_layer_norm=False, feature_coordinates=False, linear_decoder=True
+)
+#: the options of ``ono_case(authors=...)``
+ONO_OPTIONS = {True: ONO_AUTHORS, "whitening": ONO_AUTHORS_WHITENING, False: {}}
+
+
+def ono_model(authors: bool | str):
+    """meshop's ONO at the benchmark's sizes: the authors' model (``True``), the authors'
+    whitening in meshop's blocks (``"whitening"``) or meshop's defaults (``False``)."""
+    return ONO(
+        3,
+        1,
+        2,
+        64,
+        layers=4,
+        k=16,
+        heads=4,
+        feature_attention="linear",
+        mlp_ratio=1,
+        **ONO_OPTIONS[authors],
+    )
+
+
+def ono_case(n: int, batch_size: int, grid: bool, authors: bool | str = True) -> dict:
+    """ONO: width 64, 4 layers, 4 heads, k = 16, mlp_ratio 1, linear feature attention, on one
+    input field; meshop as the authors' model, with the authors' whitening in meshop's blocks, or
+    with its defaults (see :func:`ono_model`)."""
+    torch.manual_seed(0)
+    side = round(n**0.5)
+    fields = []
+    for _ in range(batch_size):
+        pos = grid_points((side, side)) if grid else torch.rand(n, 2)
+        f = torch.randn(len(pos))
+        fields.append(from_points(pos, x=f, y=torch.sin(3 * pos[:, 0]) * f))
+    data = next(iter(make_loader(fields, batch_size=batch_size)))
+    count = len(fields[0].pos)
+    y = data.y.view(-1, 1)
+    ours = ono_model(authors)
+    ref = ONOReference(3, 1, width=64, layers=4, heads=4, psi_dim=16, mlp_ratio=1)
+    features = torch.cat([data.pos, data.x], dim=-1).view(batch_size, count, 3)
+
+    def loss(pred):
+        return relative_l2(pred.reshape(-1, 1), y, data.batch, batch_size)
+
+    return {
+        "meshop": (_trainer(ours, lambda: loss(ours(data))), _params(ours)),
+        "reference": (_trainer(ref, lambda: loss(ref(features))), _params(ref)),
+    }

@@ -1,0 +1,2 @@
+"""Report writers: the summary, the documentation's quoted figures and the figures, generated from
+the result files."""
