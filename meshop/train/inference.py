@@ -41,10 +41,16 @@ def predict(model: torch.nn.Module, ckpt: dict[str, Any], data: Data) -> torch.T
     """Predictions [N_query, C_out] of a checkpoint's model on one domain (physical units).
 
     The domain gets the latent mesh the model was trained with; its fields are checked against
-    the training data's (dimension, input channels, parameters) first.
+    the training data's (dimension, input channels, parameters) first. The model predicts in
+    evaluation mode (no dropout; running statistics read, not updated) and is left in the mode it
+    was given in.
     """
     check_compatible(data, ckpt["data"], "the mesh")
-    return model(latent_of(ckpt)(data))
+    was_training = model.training
+    try:
+        return model.eval()(latent_of(ckpt)(data))
+    finally:
+        model.train(was_training)
 
 
 def _read_csv_points(path: Path) -> np.ndarray:
