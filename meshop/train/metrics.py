@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,6 +54,32 @@ def per_sample_errors(
 def summarize(errors: np.ndarray, prefix: str = "test_rel_l2") -> dict[str, float]:
     """Mean and median of per-sample errors."""
     return {prefix: float(np.mean(errors)), f"{prefix}_median": float(np.median(errors))}
+
+
+def per_sample_table(dataset: Sequence, errors: np.ndarray) -> list[dict[str, Any]]:
+    """One row per sample of ``dataset`` (in its order) with its error ``errors[i]``: ``sample``
+    (the index), ``source`` (the file it was read from, for samples that have one, such as those
+    of a :class:`~meshop.datasets.MeshFolder`), ``nodes`` and ``rel_l2``."""
+    rows = []
+    for i, error in enumerate(errors):
+        data = dataset[i]
+        source = {"source": str(data.source)} if "source" in data else {}
+        rows.append(
+            {"sample": i, **source, "nodes": int(data.pos.shape[0]), "rel_l2": float(error)}
+        )
+    return rows
+
+
+def write_table(path: str | os.PathLike, rows: list[dict[str, Any]]) -> Path:
+    """Write ``rows`` (dicts with the same keys) as a CSV table with a header line; makes the
+    folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
 
 
 class MetricsLog:

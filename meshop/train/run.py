@@ -19,7 +19,7 @@ from meshop.train.config import RunConfig
 from meshop.train.data import check_compatible, prepare, prepare_data
 from meshop.train.distributed import barrier, setup
 from meshop.train.inference import latent_of
-from meshop.train.metrics import per_sample_errors, summarize
+from meshop.train.metrics import per_sample_errors, per_sample_table, summarize, write_table
 from meshop.train.plots import plot_loss_curve, plot_sample
 from meshop.train.presets import preset
 from meshop.train.trainer import Trainer, seed_everything
@@ -122,9 +122,12 @@ def evaluate_run(
     data_dir: str | None = None,
     dataset_args: dict[str, Any] | None = None,
     batch_size: int = 8,
+    per_sample: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Relative L2 (mean, median) of a checkpoint on its dataset's test split, optionally with other
-    dataset options (e.g. another grid resolution: zero-shot super-resolution)."""
+    dataset options (e.g. another grid resolution: zero-shot super-resolution; ``split="all"``:
+    every sample, such as every file of another folder); ``per_sample``: a CSV file for the error
+    of every sample (:func:`~meshop.train.metrics.per_sample_table`)."""
     model, ckpt = load_model(checkpoint)
     test_set = _test_split(ckpt, data_dir, dataset_args or {})
     if len(test_set) == 0:
@@ -132,7 +135,10 @@ def evaluate_run(
     check_compatible(test_set[0], ckpt["data"], "the test data")
     latent = latent_of(ckpt)
     errors = per_sample_errors(model, prepare(test_set, latent), batch_size)  # lazy stays lazy
-    nodes = sum(int(test_set[i].pos.shape[0]) for i in range(len(test_set))) / len(test_set)
+    rows = per_sample_table(test_set, errors)
+    if per_sample is not None:
+        write_table(per_sample, rows)
+    nodes = sum(row["nodes"] for row in rows) / len(rows)
     return {"samples": len(errors), **summarize(errors), "mean_nodes": nodes}
 
 
