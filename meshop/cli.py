@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,6 +86,12 @@ def _add_train(sub) -> None:
     p.add_argument("--num-test", type=int, help="test samples (dataset option num_test)")
     p.add_argument("--model-arg", action="append", metavar="KEY=VALUE", help="model option")
     p.add_argument("--dataset-arg", action="append", metavar="KEY=VALUE", help="dataset option")
+    p.add_argument(
+        "--train-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any other training setting (a TrainConfig field, e.g. latent_grid=[16, 16])",
+    )
     p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
@@ -94,8 +101,101 @@ def _add_train(sub) -> None:
     p.add_argument("--threads", type=int, help="CPU threads per process (torch.set_num_threads)")
 
 
+#: the model parameters that ``meshop train`` sets from the data
+FROM_DATA = dict.fromkeys(["in_channels", "out_channels", "pos_dim"], "it is read from the data")
+
+
+def dataset_fixed(name: str) -> dict[str, str]:
+    """The parameters of dataset ``name`` that ``meshop train`` sets itself, with what to do."""
+    from meshop.datasets.registry import dataset_entry
+
+    folder = "root" if ":" in name else dataset_entry(name).data_dir_arg
+    return {
+        "split": "`meshop train` trains on the train split and tests on the test split (their "
+        "sizes are dataset options, such as num_test or test_fraction)",
+        folder: "give the folder with --data-dir",
+    }
+
+
+def check_run(run) -> None:
+    """Every option of a :class:`~meshop.train.config.RunConfig` checked against the signature of
+    what it goes to (TrainConfig, the model class, the dataset class) before any work starts."""
+    from meshop.arguments import check_arguments
+    from meshop.datasets.registry import dataset_class
+    from meshop.models.registry import model_class
+    from meshop.train.config import TrainConfig, from_dict
+
+    check_arguments(TrainConfig, run.train, "the training configuration")
+    from_dict(run.train)  # the values' ranges and choices
+    if run.model:
+        check_arguments(model_class(run.model), run.model_args, f"model '{run.model}'", FROM_DATA)
+    if run.dataset:
+        check_arguments(
+            dataset_class(run.dataset),
+            run.dataset_args,
+            f"dataset '{run.dataset}'",
+            dataset_fixed(run.dataset),
+        )
+
+
+def settings_report(run) -> str:
+    """The settings a train run resolved (the pair's preset under the explicit options), one topic
+    a line: model and size, receptive fields, latent mesh, optimiser, schedule, epochs and batch,
+    dataset."""
+    from meshop.arguments import defaults, show
+    from meshop.models.registry import model_class, model_entry
+    from meshop.train.presets import preset
+
+    chosen = preset(run.dataset, run.model)
+    config = run.train_config(chosen["train"])
+    variant = {} if ":" in run.model else model_entry(run.model).defaults
+    model_args = {
+        **defaults(model_class(run.model), FROM_DATA),
+        **variant,
+        **chosen["model"],
+        **run.model_args,
+    }
+    fields = ("quantile", "k", "radius")
+    receptive = {k: v for k, v in model_args.items() if k.rpartition("_")[2] in fields}
+
+    def listed(values: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={show(v)}" for k, v in values.items()) or "none"
+
+    if config.latent_grid is not None:
+        latent = f"a {' x '.join(map(str, config.latent_grid))} grid over each sample"
+    elif config.latent_points is not None:
+        latent = f"{config.latent_points} nodes of each sample ({config.latent_sampling})"
+    else:
+        latent = "none (the input mesh)"
+    if ":" not in run.model and not model_entry(run.model).uses_latent_mesh:
+        latent = f"not used by {run.model}"
+    schedule = config.schedule
+    if schedule == "onecycle":
+        schedule += (
+            f": lr / {config.div_factor:g} -> lr at {config.pct_start:.0%} of the steps -> "
+            f"lr / {config.div_factor * config.final_div_factor:g}"
+        )
+    lines = {
+        "model": f"{run.model}: "
+        + listed({k: v for k, v in model_args.items() if k not in receptive}),
+        "receptive fields": listed({k: v for k, v in receptive.items() if v is not None}),
+        "latent mesh": latent,
+        "optimiser": f"{config.optimizer}, lr {config.lr:g}, weight decay "
+        f"{config.weight_decay:g}, gradient clipping {config.clip or 'none'}",
+        "schedule": schedule,
+        "training": f"epochs {config.epochs}, batch {config.batch_size}, seed {config.seed}",
+        "dataset": f"{run.dataset}: " + listed({**chosen["dataset"], **run.dataset_args}),
+    }
+    width = max(map(len, lines))
+    return "settings:\n" + "\n".join(
+        textwrap.fill(f"  {k:<{width}}  {v}", 88, subsequent_indent=" " * (width + 4))
+        for k, v in lines.items()
+    )
+
+
 def cmd_train(args) -> int:
-    from meshop.train.config import RunConfig, from_dict, load_config
+    from meshop.train.config import RunConfig, load_config
+    from meshop.train.distributed import setup
     from meshop.train.run import train_run
 
     if args.threads is not None:
@@ -106,47 +206,74 @@ def cmd_train(args) -> int:
     for key in ("dataset", "model", "out", "data_dir"):
         if getattr(args, key) is not None:
             setattr(run, key, getattr(args, key))
+    run.train.update(parse_assignments(args.train_arg, "--train-arg"))
     run.train.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
     if args.no_progress:
         run.train["progress"] = False
     if args.compile:
         run.train["compile"] = True
-    from_dict(run.train)  # reject bad values before any data is generated
     run.model_args.update(parse_assignments(args.model_arg, "--model-arg"))
     run.dataset_args.update(parse_assignments(args.dataset_arg, "--dataset-arg"))
     for key in ("num_train", "num_test"):
         if getattr(args, key) is not None:
             run.dataset_args[key] = getattr(args, key)
+    check_run(run)  # before any data is read or generated
+    if run.dataset and run.model and setup(run.train_config().device).is_main:
+        print(settings_report(run))
     metrics = train_run(run, resume=args.resume, figures=not args.no_figures)
-    from meshop.train.distributed import setup
-
     if setup().is_main:
         print(json.dumps({k: v for k, v in metrics.items() if k != "lr"}, indent=None))
     return 0
 
 
+#: the files ``meshop evaluate --out`` writes
+SUMMARY, PER_SAMPLE = "summary.json", "per_sample.csv"
+
+
 def _add_evaluate(sub) -> None:
     p = sub.add_parser(
         "evaluate",
-        help="relative L2 of a checkpoint on its test split",
-        description="Relative L2 (mean, median) of a checkpoint on its dataset's test split; "
+        help="relative L2 of a checkpoint on its test split, or on every file of a folder",
+        description="Relative L2 (mean, median) of a checkpoint on its dataset's test split, or "
+        "with --all-files on every sample (e.g. every file of another folder of meshes); "
         "--dataset-arg changes dataset options, e.g. a finer grid (zero-shot super-resolution).",
     )
     p.add_argument("--checkpoint", required=True, help="checkpoint.pt or a run directory")
-    p.add_argument("--data-dir", help="data root (default: the one used in training)")
+    p.add_argument("--data-dir", help="data root or folder (default: the one used in training)")
     p.add_argument("--dataset-arg", action="append", metavar="KEY=VALUE", help="dataset option")
+    p.add_argument(
+        "--all-files",
+        action="store_true",
+        help='every sample, not the test split (the dataset option split="all"; folder datasets)',
+    )
+    p.add_argument(
+        "--out",
+        help=f"folder for {SUMMARY} (the printed summary) and {PER_SAMPLE} (the error of every "
+        "sample, with its file)",
+    )
     p.add_argument("--batch-size", type=int, default=8)
 
 
 def cmd_evaluate(args) -> int:
+    from pathlib import Path
+
     from meshop.train.run import evaluate_run
 
+    dataset_args = parse_assignments(args.dataset_arg, "--dataset-arg")
+    if args.all_files:
+        if "split" in dataset_args:
+            raise ConfigError("give --all-files or --dataset-arg split=..., not both")
+        dataset_args["split"] = "all"
+    out = Path(args.out) if args.out is not None else None
     metrics = evaluate_run(
         args.checkpoint,
         data_dir=args.data_dir,
-        dataset_args=parse_assignments(args.dataset_arg, "--dataset-arg"),
+        dataset_args=dataset_args,
         batch_size=args.batch_size,
+        per_sample=out / PER_SAMPLE if out is not None else None,
     )
+    if out is not None:
+        (out / SUMMARY).write_text(json.dumps(metrics, indent=2) + "\n")
     print(json.dumps(metrics))
     return 0
 

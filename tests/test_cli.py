@@ -1,6 +1,7 @@
 """The ``meshop`` command: the train -> evaluate -> predict -> plot journey, the demo, and errors
 that are one line with exit status 2."""
 
+import csv
 import json
 
 import meshio
@@ -275,3 +276,78 @@ def test_python_dash_m_meshop_runs_the_command():
         [sys.executable, "-m", "meshop", "models"], capture_output=True, text=True, check=True
     )
     assert "pit" in out.stdout and "galerkin" in out.stdout
+
+
+def test_evaluate_scores_every_file_of_a_finer_folder_and_writes_per_sample_errors(
+    mesh_folder, tmp_path, capsys
+):
+    run = tmp_path / "run"
+    train_folder(mesh_folder, run, capsys, "--no-figures")
+    finer = tmp_path / "finer"  # the same kind of cases on 12 x 12 instead of 5 to 7 nodes a side
+    finer.mkdir()
+    for k in range(3):
+        data = square_mesh(12)
+        a = np.sin((1 + k) * data.pos[:, 1].numpy())
+        write_mesh(finer / f"case_{k}.vtu", data, {"a": a, "u": 2 * a + data.pos[:, 0].numpy()})
+    evaluate = ["evaluate", "--checkpoint", run, "--data-dir", finer]
+    out = tmp_path / "finer-eval"
+    printed = json.loads(run_ok([*evaluate, "--all-files", "--out", out], capsys))
+    assert printed["samples"] == 3 and printed["mean_nodes"] == 144
+    assert json.loads((out / "summary.json").read_text()) == printed
+    with open(out / "per_sample.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["sample"], r["source"], r["nodes"]) for r in rows] == [
+        (str(k), str(finer / f"case_{k}.vtu"), "144") for k in range(3)
+    ]
+    errors = [float(r["rel_l2"]) for r in rows]
+    assert printed["test_rel_l2"] == pytest.approx(np.mean(errors))
+    assert printed["test_rel_l2_median"] == pytest.approx(np.median(errors))
+
+    as_option = json.loads(run_ok([*evaluate, "--dataset-arg", 'split="all"'], capsys))
+    assert as_option == printed
+    test_split = json.loads(run_ok(evaluate, capsys))  # without: the test split of the folder
+    assert test_split["samples"] == 1
+
+    never = tmp_path / "never"
+    line = run_error([*evaluate, "--all-files", "--dataset-arg", 'split="test"'], capsys)
+    assert line == "meshop: error: give --all-files or --dataset-arg split=..., not both"
+    line = run_error([*evaluate, "--dataset-arg", 'test_fraction="x"', "--out", never], capsys)
+    assert line == (
+        "meshop: error: 'test_fraction' of dataset 'folder' expects a number, got 'x' "
+        "(default: 0.2)"
+    )
+    line = run_error([*evaluate, "--dataset-arg", "splt=1", "--out", never], capsys)
+    assert "has no option 'splt'; did you mean 'split'?" in line
+    assert not never.exists()
+
+
+def test_train_prints_the_settings_it_resolved_once_before_training(mesh_folder, tmp_path, capsys):
+    data = ["train", "--dataset", "folder", "--data-dir", mesh_folder, "--no-progress"]
+    data += ["--dataset-arg", 'inputs="a"', "--dataset-arg", 'targets=["u"]', "--epochs", 1]
+    argv = [*data, "--model", "pit", "--model-arg", "width=8", "--model-arg", "blocks=1"]
+    argv += ["--model-arg", "encoder_k=4", "--train-arg", "pct_start=0.2"]
+    argv += ["--out", tmp_path / "run", "--no-figures"]
+    out = run_ok(argv, capsys)
+    settings = (
+        "settings:\n"
+        "  model             pit: width=8, heads=2, blocks=1, decoder_blocks=0,\n"
+        "                    lambda_param='tan', periodic=none, weighted=true\n"
+        "  receptive fields  encoder_quantile=0.01, decoder_quantile=0.01, encoder_k=4\n"
+        "  latent mesh       256 nodes of each sample (fps)\n"  # the folder + pit preset's
+        "  optimiser         adam, lr 0.001, weight decay 0, gradient clipping none\n"  # PiT's
+        "  schedule          cosine\n"
+        "  training          epochs 1, batch 4, seed 0\n"
+        "  dataset           folder: inputs='a', targets=['u']\n"
+        "training pit ("
+    )
+    assert out.startswith(settings) and out.count("settings:") == 1
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert recorded["train"]["latent_points"] == 256 and recorded["train"]["pct_start"] == 0.2
+    assert recorded["model_args"] == {"width": 8, "blocks": 1, "encoder_k": 4}
+
+    # a one-cycle schedule and no latent mesh
+    gt = ["--model", "galerkin", "--model-arg", "channels=8", "--out", tmp_path / "gt"]
+    out = run_ok([*data, *gt, "--no-figures"], capsys)
+    assert "  latent mesh       not used by galerkin\n" in out
+    schedule = "onecycle: lr / 10000 -> lr at 30% of the steps -> lr / 10000"
+    assert f"  schedule          {schedule}\n" in out

@@ -165,3 +165,13 @@ def test_a_field_with_different_components_across_files_is_rejected(tmp_path):
         FieldError, match=r"field 'vm' has 3 components in 'b\.vtu' but 1 in 'a\.vtu'"
     ):
         list(ds)
+
+
+def test_build_dataset_takes_the_split_as_a_dataset_option_too(folder):
+    from meshop.datasets.registry import build_dataset
+
+    every = build_dataset("folder", "test", str(folder), split="all", targets="vm")
+    assert len(every) == 5 and every.split == "all"  # as `meshop evaluate --dataset-arg split=...`
+    assert len(build_dataset("folder", "test", str(folder), targets="vm")) == 1
+    with pytest.raises(ConfigError, match="^'split' of dataset 'folder' expects a string, got 1"):
+        build_dataset("folder", "test", str(folder), split=1)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshop._registry import import_class, unknown_name
+from meshop.arguments import check_arguments
 from meshop.errors import ConfigError
 
 
@@ -98,25 +99,21 @@ def dataset_class(name: str) -> type:
     return import_class(name if ":" in name else dataset_entry(name).target, "dataset class")
 
 
-def build_dataset(name: str, split: str, data_dir: str | None = None, **kwargs: Any):
+def build_dataset(name: str, split: str, data_dir: str | None = None, /, **kwargs: Any):
     """``dataset_class(name)(split=split, **kwargs)`` with ``data_dir`` as the entry's
-    ``data_dir_arg``; unknown keyword arguments raise :class:`ConfigError` listing the accepted
-    ones."""
+    ``data_dir_arg``.
+
+    A ``split`` among ``kwargs`` (a dataset option, such as ``meshop evaluate --dataset-arg
+    split='"all"'``) replaces ``split``. The keyword arguments are checked against the class's
+    signature first (:func:`meshop.arguments.check_arguments`): an unknown name or a value of the
+    wrong type raises :class:`ConfigError` with the closest names or the expected type."""
     cls = dataset_class(name)
     dir_arg = "root" if ":" in name else dataset_entry(name).data_dir_arg
-    parameters = [
-        p
-        for p in inspect.signature(cls).parameters.values()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "split"
-    ]
-    if data_dir is None and any(p.name == dir_arg and p.default is p.empty for p in parameters):
+    check_arguments(cls, kwargs, f"dataset '{name}'", {dir_arg: "give the folder with --data-dir"})
+    split = kwargs.pop("split", split)
+    folder = inspect.signature(cls).parameters.get(dir_arg)
+    if data_dir is None and folder is not None and folder.default is folder.empty:
         raise ConfigError(f"dataset '{name}' needs a folder: give --data-dir")
-    accepted = [p.name for p in parameters if p.name != dir_arg]
-    for key in kwargs:
-        if key not in accepted:
-            raise ConfigError(
-                f"dataset '{name}' has no option '{key}' (options: {', '.join(accepted)})"
-            )
     if data_dir is not None:
         kwargs[dir_arg] = data_dir
     return cls(split=split, **kwargs)
