@@ -32,19 +32,29 @@ CELL_FAMILIES: dict[str, tuple[int, int]] = {
     "pyramid": (3, 5),
 }
 
-# simplex decompositions (corner indices, VTK ordering) used to measure non-simplex cells
-_SPLITS: dict[str, list[tuple[int, ...]]] = {
-    "quad": [(0, 1, 2), (0, 2, 3)],
+# simplex decompositions (corner indices, VTK ordering) used to measure non-simplex cells. A quad
+# face that is not plane is split by one of its diagonals; the isoparametric cell is bounded by the
+# bilinear face, whose volume is the mean of the two splits. So a cell's measure is the mean over
+# decompositions that use each diagonal of every face equally often: the hexahedron's 6 tetrahedra
+# around each of its 4 main diagonals, the wedge's 6 splits, the pyramid's 2; this is exact for
+# the trilinear map (the integral of its Jacobian), not only for cells with plane faces.
+_SPLITS: dict[str, list[list[tuple[int, ...]]]] = {
+    "quad": [[(0, 1, 2), (0, 2, 3)]],
     "hexahedron": [
-        (0, 1, 2, 6),
-        (0, 2, 3, 6),
-        (0, 3, 7, 6),
-        (0, 7, 4, 6),
-        (0, 4, 5, 6),
-        (0, 5, 1, 6),
+        [(0, 1, 2, 6), (0, 2, 3, 6), (0, 3, 7, 6), (0, 7, 4, 6), (0, 4, 5, 6), (0, 5, 1, 6)],
+        [(1, 0, 3, 7), (1, 3, 2, 7), (1, 2, 6, 7), (1, 6, 5, 7), (1, 5, 4, 7), (1, 4, 0, 7)],
+        [(3, 2, 1, 5), (3, 1, 0, 5), (3, 0, 4, 5), (3, 4, 7, 5), (3, 7, 6, 5), (3, 6, 2, 5)],
+        [(4, 5, 6, 2), (4, 6, 7, 2), (4, 7, 3, 2), (4, 3, 0, 2), (4, 0, 1, 2), (4, 1, 5, 2)],
     ],
-    "wedge": [(0, 1, 2, 3), (1, 2, 3, 4), (2, 3, 4, 5)],
-    "pyramid": [(0, 1, 2, 4), (0, 2, 3, 4)],
+    "wedge": [
+        [(0, 1, 2, 3), (1, 2, 3, 4), (2, 3, 4, 5)],
+        [(2, 1, 0, 5), (1, 0, 5, 4), (0, 5, 4, 3)],
+        [(1, 2, 0, 4), (2, 0, 4, 5), (0, 4, 5, 3)],
+        [(0, 2, 1, 3), (2, 1, 3, 5), (1, 3, 5, 4)],
+        [(2, 0, 1, 5), (0, 1, 5, 3), (1, 5, 3, 4)],
+        [(1, 0, 2, 4), (0, 2, 4, 3), (2, 4, 3, 5)],
+    ],
+    "pyramid": [[(0, 1, 2, 4), (0, 2, 3, 4)], [(0, 1, 3, 4), (1, 2, 3, 4)]],
 }
 
 
@@ -60,11 +70,14 @@ def cell_dimension(cell_type: str) -> int | None:
     return None if family is None else CELL_FAMILIES[family][0]
 
 
-def _simplex_measure(points: np.ndarray, simplices: np.ndarray) -> np.ndarray:
-    """Length/area/volume of simplices [M, k+1] of dimension k embedded in points' space."""
+def _simplex_measure(points: np.ndarray, simplices: np.ndarray, signed: bool = False) -> np.ndarray:
+    """Length/area/volume of simplices [M, k+1] of dimension k embedded in points' space; with
+    ``signed`` (k = the space's dimension), oriented: negative for simplices turned inside out."""
     p0 = points[simplices[:, 0]]
     edges = points[simplices[:, 1:]] - p0[:, None, :]  # [M, k, space_dim]
     k = edges.shape[1]
+    if signed:
+        return np.linalg.det(edges) / float(np.prod(np.arange(1, k + 1)))
     gram = np.einsum("mid,mjd->mij", edges, edges)
     det = np.linalg.det(gram) if k > 1 else gram[:, 0, 0]
     return np.sqrt(np.clip(det, 0.0, None)) / float(np.prod(np.arange(1, k + 1)))
@@ -80,7 +93,14 @@ def cell_measures(points: np.ndarray, cell_type: str, connectivity: np.ndarray) 
         return np.zeros(len(connectivity))
     conn = np.asarray(connectivity)[:, :corners]
     if family in _SPLITS:
-        return sum(_simplex_measure(points, conn[:, list(s)]) for s in _SPLITS[family])
+        # oriented within a split (a split of a mirrored cell is mirrored), so that a simplex
+        # turned inside out in a valid cell counts negative
+        signed = dim == np.shape(points)[1]
+        splits = [
+            np.abs(sum(_simplex_measure(points, conn[:, list(s)], signed) for s in split))
+            for split in _SPLITS[family]
+        ]
+        return sum(splits) / len(splits)
     return _simplex_measure(points, conn)
 
 
