@@ -48,9 +48,9 @@ class StagedGridPath(nn.Module):
 
     def forward(self, data) -> Tensor:
         from meshop._pyg import scatter
-        from meshop.data.batching import grid_shape_of, node_batch, node_features, num_samples
-        from meshop.data.latent import coarse_shape
-        from meshop.nn.grid import grid_tensor, interpolate_grid, middle_shape, node_tensor
+        from meshop.data import coarse_shape, grid_shape_of, node_batch, node_features, num_samples
+        from meshop.data.grid import grid_tensor, interpolate_grid, node_tensor
+        from meshop.nn.cinn import middle_shape
 
         m, fixed = self.model, self.fixed
         shape, b = grid_shape_of(data), num_samples(data)
