@@ -50,7 +50,10 @@ WORK = ROOT / ".mutmut"
 #: name -> (module to mutate, the test files that exercise it)
 TARGETS: dict[str, tuple[str, list[str]]] = {
     "losses": ("meshop/train/losses.py", ["tests/test_metrics.py", "tests/test_train.py"]),
-    "metrics": ("meshop/train/metrics.py", ["tests/test_metrics.py", "tests/test_train.py"]),
+    "metrics": (
+        "meshop/train/metrics.py",
+        ["tests/test_metrics.py", "tests/test_train.py", "tests/test_eval_mode.py"],
+    ),
     "trainer": (
         "meshop/train/trainer.py",
         [
@@ -136,6 +139,39 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         ["tests/test_demo.py", "tests/test_runs_reproduce.py", "tests/test_elasticity.py"],
     ),
     "transolver": ("meshop/models/transolver.py", ["tests/test_transolver.py"]),
+    "mesh_io": (
+        "meshop/data/mesh_io.py",
+        [
+            "tests/test_mesh_io.py",
+            "tests/test_groups_integrals.py",
+            "tests/test_gmsh_groups.py",
+            "tests/test_mesh_cells.py",
+            "tests/test_vector_fields.py",
+        ],
+    ),
+    "normalizers": (
+        "meshop/data/normalizers.py",
+        ["tests/test_normalized.py", "tests/test_normalizer_offsets.py", "tests/test_train.py"],
+    ),
+    "weights": (
+        "meshop/data/weights.py",
+        [
+            "tests/test_weights.py",
+            "tests/test_mesh_cells.py",
+            "tests/test_point_weights.py",
+            "tests/test_distorted_cells.py",
+            "tests/test_gmsh_groups.py",
+        ],
+    ),
+    "physics_attention": (
+        "meshop/nn/physics_attention.py",
+        [
+            "tests/test_physics_attention.py",
+            "tests/test_attention_interface.py",
+            "tests/test_weight_scale.py",
+            "tests/test_transolver.py",
+        ],
+    ),
 }
 SUMMARY = re.compile(r"(killed|survived|timeout|suspicious|no tests|skipped)", re.I)
 
