@@ -501,6 +501,8 @@ def write_mesh(
         kwargs.setdefault("data_format", "XML")
     if fmt in {"msh", "gmsh", "gmsh22"}:
         kwargs.setdefault("binary", False)
+        # meshio reads the extension .msh as ANSYS first: name the format
+        file_format = file_format or "gmsh"
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
