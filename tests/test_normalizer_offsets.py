@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from meshop import ConfigError
 from meshop.data import GaussianNormalizer, RunningMoments, from_points
 from meshop.train import fit_normalizers
 
@@ -86,3 +87,42 @@ def test_samples_at_a_site_get_the_site_statistics_of_coordinates_and_fields():
     np.testing.assert_allclose(normalizers["x"].std.double(), exact[:, 2:].std(0), rtol=1e-7)
     y = 2 * exact[:, 2:]
     np.testing.assert_allclose(normalizers["y"].std.double(), y.std(0), rtol=1e-7)
+
+
+def test_encoding_standardises_and_decoding_inverts_it_also_for_constant_channels():
+    u = torch.tensor([[1.0, 5.0, 2.0], [3.0, 5.0, 2.00001], [5.0, 5.0, 2.0]], dtype=torch.float64)
+    normalizer = GaussianNormalizer(3, eps=1e-6).double()
+    assert not normalizer.fitted
+    normalizer.fit(u)
+    assert normalizer.fitted
+    mean, std = u.mean(0), u.std(0, unbiased=False)
+    encoded = normalizer(u)
+    torch.testing.assert_close(encoded, (u - mean) / (std + 1e-6), rtol=1e-8, atol=0)
+    assert torch.equal(encoded, normalizer.encode(u))
+    assert torch.equal(encoded[:, 1], torch.zeros(3))  # a constant channel stays finite
+    torch.testing.assert_close(normalizer.decode(encoded), u, rtol=1e-9, atol=0)
+    one_row = GaussianNormalizer(3).fit(u[:1])  # a single row: mean the row, std 0
+    torch.testing.assert_close(one_row.mean, u[0].float())
+    assert torch.equal(one_row.std, torch.zeros(3))
+
+
+def test_chunks_of_any_leading_shape_after_an_empty_chunk_give_the_same_moments():
+    data = torch.from_numpy(site_data(24, seed=4)).double()
+    moments = RunningMoments(3)
+    moments.update(torch.zeros(0, 3))
+    moments.update(data[:6].reshape(2, 3, 3))  # [2, 3 nodes, 3 channels]
+    moments.update(data[6:])
+    mean, var = moments.mean_var()
+    torch.testing.assert_close(mean, data.mean(0), rtol=1e-13, atol=0)
+    torch.testing.assert_close(var, data.var(0, unbiased=False), rtol=1e-9, atol=0)
+
+
+def test_wrong_channels_and_no_data_are_refused_with_whole_sentences():
+    with pytest.raises(ConfigError, match=r"^normaliser has 3 channels, data has 2$"):
+        RunningMoments(3).update(torch.zeros(4, 2))
+    with pytest.raises(ConfigError, match=r"^cannot fit a normaliser on no data$"):
+        GaussianNormalizer(3).fit(iter([]))
+    moments = RunningMoments(2)
+    moments.update(torch.ones(3, 2))
+    with pytest.raises(ConfigError, match=r"^normaliser has 3 channels, the moments 2$"):
+        GaussianNormalizer(3).fit_moments(moments)
