@@ -110,7 +110,7 @@ def test_chunks_of_any_leading_shape_after_an_empty_chunk_give_the_same_moments(
     data = torch.from_numpy(site_data(24, seed=4)).double()
     moments = RunningMoments(3)
     moments.update(torch.zeros(0, 3))
-    moments.update(data[:6].reshape(2, 3, 3))  # [2, 3 nodes, 3 channels]
+    moments.update(data[:6].reshape(3, 2, 3))  # [3, 2 nodes, 3 channels]
     moments.update(data[6:])
     mean, var = moments.mean_var()
     torch.testing.assert_close(mean, data.mean(0), rtol=1e-13, atol=0)
