@@ -161,6 +161,30 @@ def grid_shape_of(data: Data) -> tuple[int, ...]:
     return tuple(int(s) for s in shape)
 
 
+def node_chunks(n: int, size: int) -> list[slice]:
+    """Consecutive ranges of at most ``size`` of ``n`` nodes (the chunks of chunked inference;
+    a chunk may cut a sample, and samples stay whole only by chance)."""
+    if size < 1:
+        raise ConfigError(f"a chunk must hold at least one node, got {size}")
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def part(values: torch.Tensor | None, nodes: slice) -> torch.Tensor | None:
+    """``values[nodes]``, or None for None (optional per-node tensors such as weights)."""
+    return None if values is None else values[nodes]
+
+
+def sample_ranges(batch: torch.Tensor, num_samples: int) -> list[tuple[int, slice]]:
+    """``(sample, range)`` of every sample that has nodes in a sorted batch vector (a chunk of a
+    batch: its first and last samples may be cut)."""
+    ranges, start = [], 0
+    for sample, count in enumerate(torch.bincount(batch, minlength=num_samples).tolist()):
+        if count:
+            ranges.append((sample, slice(start, start + count)))
+        start += count
+    return ranges
+
+
 def nodes_with_queries(data: Data, pos_dim: int, in_channels: int, model: str):
     """The nodes of a model that treats query points as extra nodes of their sample (ONO,
     Transolver): node features, coordinates, batch and quadrature weights of the mesh nodes

@@ -13,6 +13,7 @@ from meshop.data.batching import (
     grid_shape_of,
     latent_nodes,
     node_batch,
+    node_chunks,
     node_features,
     num_samples,
     query_nodes,
@@ -21,6 +22,7 @@ from meshop.data.grid import grid_tensor, interpolate_grid, node_tensor, sample_
 from meshop.data.latent import coarse_shape as divided_shape
 from meshop.errors import ConfigError
 from meshop.nn.blocks.galerkin_encoder_layer import NORMS, GalerkinEncoderLayer, check_attention
+from meshop.nn.chunked import check_evaluation, cross_attention
 from meshop.nn.cinn import CiNNDown, CiNNUp
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import ACTIVATIONS, MLP
@@ -307,6 +309,62 @@ class GalerkinTransformer(nn.Module):
         return self.grid and getattr(data, "grid_shape", None) is not None
 
     def forward(self, data: Data) -> Tensor:
+        x = self._features(data)
+        if self.uses_grid_path(data):
+            return self._grid_forward(data, x)
+        return self._mesh_forward(data, x)
+
+    @torch.no_grad()
+    def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
+        """:meth:`forward` with at most about ``chunk_nodes`` nodes' (or edges') intermediate
+        tensors at a time on the mesh path (:mod:`meshop.nn.chunked`): the cross attention down
+        runs for chunks of latent nodes and lifts only the input nodes it reads, encoder layers
+        on node sets larger than a chunk integrate their kernels over the chunks
+        (:meth:`~meshop.nn.GalerkinEncoderLayer.forward_chunked`), the cross attention up and the
+        head run for chunks of query points. The grid path (CiNN, spectral layers) needs whole
+        grids and runs unchunked. Evaluation mode, no autograd."""
+        check_evaluation(self)
+        x = self._features(data)
+        if self.uses_grid_path(data):
+            return self._grid_forward(data, x)
+        pos, batch = data.pos, node_batch(data)
+        latent_pos, latent_batch = latent_nodes(data)
+        query_pos, query_batch = query_nodes(data)
+        weight = getattr(data, "weight", None) if latent_pos is pos else None
+
+        def lifted(nodes):
+            return self.lift(x[nodes])
+
+        h = cross_attention(
+            self.cross_down, lifted, pos, batch, None, latent_pos, latent_batch, chunk_nodes
+        )
+        samples = num_samples(data)
+        for layer in self.encoder:
+            if len(h) <= chunk_nodes:
+                h = layer(h, latent_pos, latent_batch, weight)
+            else:
+                h = layer.forward_chunked(h, latent_pos, latent_batch, weight, samples, chunk_nodes)
+
+        def latent(nodes):
+            return h[nodes]
+
+        out = h.new_empty(len(query_pos), self.config["out_channels"])
+        for nodes in node_chunks(len(query_pos), chunk_nodes):
+            up = cross_attention(
+                self.cross_up,
+                latent,
+                latent_pos,
+                latent_batch,
+                None,
+                query_pos[nodes],
+                query_batch[nodes],
+                chunk_nodes,
+            )
+            out[nodes] = self.head(torch.cat([up, query_pos[nodes]], dim=-1))
+        return out
+
+    def _features(self, data: Data) -> Tensor:
+        """The node features, checked against the model's dimension and input channels."""
         if data.pos.shape[1] != self.pos_dim:
             raise ConfigError(
                 f"the model was built for {self.pos_dim}D coordinates but the data is "
@@ -319,9 +377,7 @@ class GalerkinTransformer(nn.Module):
                 f"x, pos, params) but the data has {x.shape[1]}; build it with "
                 f"in_channels={x.shape[1]}"
             )
-        if self.uses_grid_path(data):
-            return self._grid_forward(data, x)
-        return self._mesh_forward(data, x)
+        return x
 
     def _encode(self, h: Tensor, pos: Tensor, batch: Tensor, weight: Tensor | None) -> Tensor:
         for layer in self.encoder:

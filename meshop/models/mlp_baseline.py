@@ -6,7 +6,9 @@ import torch
 from torch import nn
 
 from meshop.data import query_features
+from meshop.data.batching import node_chunks
 from meshop.nn import MLP
+from meshop.nn.chunked import check_evaluation
 
 
 class MLPBaseline(nn.Module):
@@ -62,6 +64,17 @@ class MLPBaseline(nn.Module):
 
     def forward(self, data) -> torch.Tensor:
         return self.mlp(query_features(data))
+
+    @torch.no_grad()
+    def forward_chunked(self, data, chunk_nodes: int) -> torch.Tensor:
+        """:meth:`forward` for chunks of query points (:mod:`meshop.nn.chunked`): pointwise, so
+        only the MLP's hidden features are chunked. Evaluation mode, no autograd."""
+        check_evaluation(self)
+        features = query_features(data)
+        out = features.new_empty(len(features), self.out_channels)
+        for nodes in node_chunks(len(features), chunk_nodes):
+            out[nodes] = self.mlp(features[nodes])
+        return out
 
     def extra_repr(self) -> str:
         return f"{self.in_channels} -> {self.out_channels}, pos_dim={self.pos_dim}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -11,12 +12,14 @@ from meshop._pyg import Data
 from meshop.data.batching import (
     latent_nodes,
     node_batch,
+    node_chunks,
     node_features,
     node_set_weights,
     query_nodes,
 )
 from meshop.errors import ConfigError
 from meshop.nn.blocks.pit_block import PiTBlock
+from meshop.nn.chunked import check_evaluation, cross_attention
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
 
@@ -163,18 +166,7 @@ class PiT(nn.Module):
             block.reset_parameters()
 
     def forward(self, data: Data) -> Tensor:
-        if data.pos.shape[1] != self.pos_dim:
-            raise ConfigError(
-                f"the model was built for {self.pos_dim}D coordinates but the data is "
-                f"{data.pos.shape[1]}D"
-            )
-        features = node_features(data)
-        if features.shape[1] != self.lift.in_features:
-            raise ConfigError(
-                f"the model expects {self.lift.in_features} input channels (node_features: x, "
-                f"pos, params) but the data has {features.shape[1]}; build PiT with "
-                f"in_channels={features.shape[1]}"
-            )
+        features = self._features(data)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
         query_pos, query_batch = query_nodes(data)
@@ -196,12 +188,90 @@ class PiT(nn.Module):
             u = block(u, query_pos, query_batch, query_weight)
         return self.head(u)
 
+    @torch.no_grad()
+    def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
+        """:meth:`forward` with at most about ``chunk_nodes`` nodes' (or edges') intermediate
+        tensors at a time (:mod:`meshop.nn.chunked`). The encoder attends for chunks of latent
+        nodes and lifts only the input nodes their receptive fields hold; the decoder and head
+        run for chunks of query points; processor blocks on node sets larger than a chunk attend
+        for chunks of targets with the sources streamed. The only state of size N is the input
+        and the output. Evaluation mode, no autograd."""
+        check_evaluation(self)
+        features = self._features(data)
+        pos, batch = data.pos, node_batch(data)
+        latent_pos, latent_batch = latent_nodes(data)
+        query_pos, query_batch = query_nodes(data)
+        weight, latent_weight, query_weight = (
+            node_set_weights(data) if self.weighted else (None,) * 3
+        )
+
+        def lifted(nodes):
+            return F.gelu(self.lift(features[nodes]))
+
+        u = cross_attention(
+            self.encoder, lifted, pos, batch, weight, latent_pos, latent_batch, chunk_nodes
+        )
+        u = _blocks(self.processor, F.gelu(u), latent_pos, latent_batch, latent_weight, chunk_nodes)
+
+        def latent(nodes):
+            return u[nodes]
+
+        out = u.new_empty(len(query_pos), self.config["out_channels"])
+        if len(self.decoder_processor):
+            queries = [slice(0, len(query_pos))]
+        else:
+            queries = node_chunks(len(query_pos), chunk_nodes)
+        for nodes in queries:
+            h = cross_attention(
+                self.decoder,
+                latent,
+                latent_pos,
+                latent_batch,
+                latent_weight,
+                query_pos[nodes],
+                query_batch[nodes],
+                chunk_nodes,
+            )
+            h = _blocks(
+                self.decoder_processor, F.gelu(h), query_pos, query_batch, query_weight, chunk_nodes
+            )
+            for part in node_chunks(len(h), chunk_nodes):
+                out[nodes][part] = self.head(h[part])
+        return out
+
+    def _features(self, data: Data) -> Tensor:
+        """The node features, checked against the model's dimension and input channels."""
+        if data.pos.shape[1] != self.pos_dim:
+            raise ConfigError(
+                f"the model was built for {self.pos_dim}D coordinates but the data is "
+                f"{data.pos.shape[1]}D"
+            )
+        features = node_features(data)
+        if features.shape[1] != self.lift.in_features:
+            raise ConfigError(
+                f"the model expects {self.lift.in_features} input channels (node_features: x, "
+                f"pos, params) but the data has {features.shape[1]}; build PiT with "
+                f"in_channels={features.shape[1]}"
+            )
+        return features
+
     def extra_repr(self) -> str:
         c = self.config
         return (
             f"in_channels={c['in_channels']}, out_channels={c['out_channels']}, "
             f"pos_dim={c['pos_dim']}, width={c['width']}, heads={c['heads']}, blocks={c['blocks']}"
         )
+
+
+def _blocks(blocks, u: Tensor, pos: Tensor, batch: Tensor, weight, chunk_nodes: int) -> Tensor:
+    """Processor blocks on a node set: whole when it fits in a chunk, else for chunks of targets
+    (:meth:`~meshop.nn.PiTBlock.forward_chunked`)."""
+    for block in blocks:
+        if len(u) <= chunk_nodes:
+            u = block(u, pos, batch, weight)
+        else:
+            u = block.forward_chunked(u, pos, batch, weight, chunk_nodes)
+    return u
 
 
 def _field(where: str, quantile, k, radius) -> dict:

@@ -3,12 +3,14 @@ states (slices of the mesh) instead of among the nodes."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from meshop._pyg import Data
-from meshop.data.batching import nodes_with_queries
+from meshop.data.batching import node_chunks, nodes_with_queries, num_samples
 from meshop.errors import ConfigError
 from meshop.nn.blocks.transolver_block import TransolverBlock
+from meshop.nn.chunked import check_evaluation
 from meshop.nn.mlp import MLP
 from meshop.nn.physics_attention import PhysicsAttention
 
@@ -125,6 +127,25 @@ class Transolver(nn.Module):
         for block in self.blocks:
             x = block(x, batch, weight)
         out = self.head(x)
+        return out if is_query is None else out[is_query]
+
+    @torch.no_grad()
+    def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
+        """:meth:`forward` with at most ``chunk_nodes`` nodes' intermediate tensors at a time
+        (:mod:`meshop.nn.chunked`): the lifted features ``[N, width]`` are the only state of size
+        N, every block integrates its slice tokens over the chunks before updating them
+        (:meth:`~meshop.nn.TransolverBlock.forward_chunked`). Evaluation mode, no autograd."""
+        check_evaluation(self)
+        features, batch, weight, is_query = self._nodes(data)
+        samples = num_samples(data)
+        x = features.new_empty(len(features), self.config["width"])
+        for nodes in node_chunks(len(x), chunk_nodes):
+            x[nodes] = self.preprocess(features[nodes])
+        for block in self.blocks:
+            x = block.forward_chunked(x, batch, weight, samples, chunk_nodes)
+        out = x.new_empty(len(x), self.out_channels)
+        for nodes in node_chunks(len(x), chunk_nodes):
+            out[nodes] = self.head(x[nodes])
         return out if is_query is None else out[is_query]
 
     def _nodes(self, data: Data):

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from meshop._pyg import to_dense_batch
+from meshop.data.batching import sample_ranges
 from meshop.data.neighbors import equal_sizes
 from meshop.data.weights import default_weight
 from meshop.errors import ConfigError
@@ -241,11 +242,82 @@ class HeadAttention(nn.Module):
         mixed = (kv @ w_out).reshape(b, heads * e, -1)  # [B, heads e, d]
         return torch.baddbmm(self.lin_out.bias, q.reshape(b, m, heads * e), mixed).view(b * m, -1)
 
+    # Chunked evaluation (meshop.nn.chunked): the layer's only sum over the nodes is the e x e
+    # kernel of each head and sample, accumulated over node chunks, then applied chunk by chunk.
+
+    def integrate(
+        self,
+        x: Tensor,
+        pos: Tensor,
+        batch: Tensor,
+        weight: Tensor | None,
+        num_samples: int,
+        sums: dict[str, Tensor] | None = None,
+    ) -> dict[str, Tensor]:
+        r"""Adds one chunk of nodes (``x`` [n, d], ``pos`` [n, m], sorted ``batch`` [n] of global
+        sample indices, ``weight`` [n] or None for equal weights) to the running per-sample
+        integrals ``sums`` and returns them: :math:`\sum_j w_j \hat K_j^\top \hat V_j`
+        (``"kv"`` [B, heads, e, e]) and :math:`\sum_j w_j` (``"mass"`` [B]). Evaluation only."""
+        k = self._node_projection("k", self.lin_k, x, pos)  # [heads, n, e]
+        v = self._node_projection("v", self.lin_v, x, pos)
+        w = _chunk_weight(weight, x)
+        if sums is None:
+            e = k.shape[-1]
+            sums = {
+                "kv": x.new_zeros(num_samples, self.heads, e, e),
+                "mass": x.new_zeros(num_samples),
+            }
+        for sample, nodes in sample_ranges(batch, num_samples):
+            w_b = w[nodes]
+            sums["kv"][sample] += (k[:, nodes] * w_b[:, None]).transpose(1, 2) @ v[:, nodes]
+            sums["mass"][sample] += w_b.sum()
+        return sums
+
+    def kernel(self, sums: dict[str, Tensor]) -> Tensor:
+        """The per-sample kernels ``[B, heads, e, e]`` of :meth:`integrate`'s sums: the weights
+        normalised to a mean over each sample's domain, as in :meth:`forward`."""
+        mass = sums["mass"].clamp_min(torch.finfo(sums["mass"].dtype).tiny)
+        return sums["kv"] / mass[:, None, None, None]
+
+    def apply_kernel(self, x: Tensor, pos: Tensor, batch: Tensor, kernel: Tensor) -> Tensor:
+        r"""The layer's output ``[n, d]`` at a chunk of nodes from the :meth:`kernel` of every
+        sample: :math:`[\hat Q_h \kappa_h]_h W^O + b^O`."""
+        q = self._query(self._node_projection("q", self.lin_q, x, pos))  # [heads, n, e]
+        out = torch.empty_like(q)
+        for sample, nodes in sample_ranges(batch, len(kernel)):
+            out[:, nodes] = q[:, nodes] @ kernel[sample]
+        return self.lin_out(out.transpose(0, 1).reshape(len(x), -1))
+
+    def _query(self, q: Tensor) -> Tensor:
+        """The queries as the kernel reads them (the identity; a row softmax in linear
+        attention)."""
+        return q
+
+    def _node_projection(self, key: str, lin: nn.Linear, x: Tensor, pos: Tensor) -> Tensor:
+        r""":math:`\hat Q`, :math:`\hat K` or :math:`\hat V` of a chunk of nodes, head-major
+        ``[heads, n, e]``."""
+        n = len(x)
+        t = lin(x).view(n, self.heads, self.head_channels)
+        if key in self.norms:
+            t = self.norms[key](t)
+        if self.pos_dim:
+            coords = pos[:, None, :].expand(n, self.heads, self.pos_dim).to(t.dtype)
+            t = torch.cat([t, coords], dim=-1)
+        return t.transpose(0, 1)
+
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}({self.channels}, pos_dim={self.pos_dim}, "
             f"heads={self.heads}, layer_norm={self.layer_norm}, dropout={self.dropout})"
         )
+
+
+def _chunk_weight(weight: Tensor | None, like: Tensor) -> Tensor:
+    """A chunk's quadrature weights in the dtype of ``like`` (ones when None: the integrals are
+    normalised per sample, so equal weights need not know the sample's size)."""
+    if weight is None:
+        return torch.ones(len(like), dtype=like.dtype, device=like.device)
+    return weight.to(like.dtype)
 
 
 __all__ = ["HeadAttention", "HeadLayerNorm"]

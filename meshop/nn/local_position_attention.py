@@ -126,15 +126,22 @@ class LocalPositionAttention(PositionKernel):
         pos_dst: Tensor,
         batch_src: Tensor | None = None,
         batch_dst: Tensor | None = None,
+        use_cache: bool = True,
     ) -> tuple[Tensor, Tensor]:
         """Receptive fields as an edge index [2, E] (row 0 target, row 1 source) sorted by target,
         then source (CSR order), and the squared (minimum-image when periodic) distance of every
-        edge [E]."""
-        index, dist, _ = self._edges(pos_src, pos_dst, batch_src, batch_dst)
+        edge [E]. ``use_cache=False`` neither reads nor fills the neighbour cache (chunks of a
+        huge mesh, which would only evict the training meshes)."""
+        index, dist, _ = self._edges(pos_src, pos_dst, batch_src, batch_dst, use_cache)
         return index, dist
 
     def _edges(
-        self, pos_src: Tensor, pos_dst: Tensor, batch_src: Tensor | None, batch_dst: Tensor | None
+        self,
+        pos_src: Tensor,
+        pos_dst: Tensor,
+        batch_src: Tensor | None,
+        batch_dst: Tensor | None,
+        use_cache: bool = True,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """:meth:`neighbors` and, for cached samples, the edges' order by source (the transpose
         in CSR order that the backward needs), else ``None``."""
@@ -149,7 +156,7 @@ class LocalPositionAttention(PositionKernel):
                 **self.field,
             )
             return index, dist, None
-        cache = self.edge_cache.max_bytes > 0 and pos_src.device.type == "cpu"
+        cache = use_cache and self.edge_cache.max_bytes > 0 and pos_src.device.type == "cpu"
         if cache:
             slices, keys = EdgeCache.samples(pos_src, pos_dst, batch_src, batch_dst)
             hit = self.edge_cache.lookup(slices, keys, pos_src)
@@ -186,15 +193,32 @@ class LocalPositionAttention(PositionKernel):
         if pos_dst is None:
             pos_dst, batch_dst = pos, batch
         index, dist, order = self._edges(pos, pos_dst, batch, batch_dst)
+        return self.attend_edges(x, weight, index, dist, len(pos_dst), order)
+
+    def attend_edges(
+        self,
+        x: Tensor,
+        weight: Tensor | None,
+        index: Tensor,
+        dist: Tensor,
+        num_dst: int,
+        order: Tensor | None = None,
+    ) -> Tensor:
+        """Eq. (10) on given receptive fields: ``index`` [2, E] (row 0 target, row 1 a row of
+        ``x``) sorted by target, then source, with the squared distances ``dist`` [E] of
+        :meth:`neighbors`; ``x`` [N_src, C_in] and ``weight`` [N_src] may be any subset of the
+        sources that holds every source of the edges (chunked inference gathers just those);
+        ``order`` sorts the edges by source for the backward (None: sorted there). Returns
+        ``[num_dst, C_out]``."""
         v = self.lin_v(x).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
         logits = -dist[:, None] * self.lam[None, :]  # [E, H]
-        log_w = log_weight(weight, pos)
+        log_w = log_weight(weight, x)
         if log_w is not None:  # w_k e^{s_k} / sum_j w_j e^{s_j} over each field, exactly
             logits = logits + log_w[index[1], None].to(logits.dtype)
-        alpha = softmax(logits, index=index[0], num_nodes=len(pos_dst))  # over each target's field
+        alpha = softmax(logits, index=index[0], num_nodes=num_dst)  # over each target's field
         dtype = torch.promote_types(alpha.dtype, v.dtype)
-        out = SparseAggregate.apply(alpha.to(dtype), v.to(dtype), index, len(pos_dst), order)
-        return out.view(len(pos_dst), self.out_channels)
+        out = SparseAggregate.apply(alpha.to(dtype), v.to(dtype), index, num_dst, order)
+        return out.view(num_dst, self.out_channels)
 
     def __repr__(self) -> str:
         field = ", ".join(f"{name}={value}" for name, value in self.field.items())

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from meshop._pyg import to_dense_batch
+from meshop.data.batching import sample_ranges
 from meshop.data.neighbors import equal_sizes
 from meshop.errors import ConfigError
 from meshop.nn.interface import check_inputs
@@ -308,6 +309,97 @@ class OrthogonalAttention(nn.Module):
                 )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
+    # Chunked evaluation (meshop.nn.chunked), in the order of the unchunked sample path: the
+    # moments C_b over all chunks, their Cholesky factors, the coefficients <psi, h> over all
+    # chunks, then psi diag(mu) <psi, h> chunk by chunk. Evaluation only.
+
+    def moments(
+        self,
+        g: Tensor,
+        batch: Tensor,
+        weight: Tensor | None,
+        num_samples: int,
+        sums: dict[str, Tensor] | None = None,
+    ) -> dict[str, Tensor]:
+        r"""Adds one chunk of nodes (features ``g`` [n, d'], sorted ``batch`` [n] of global sample
+        indices, ``weight`` [n] or None) to the running per-sample sums (float64)
+        :math:`\sum_i w_i q_i q_i^\top` (``"qq"``), :math:`\sum_i w_i` (``"mass"``), the number
+        of positive weights (``"count"``) and whether the sample has nodes (``"present"``)."""
+        q = self.lin_q(g).to(torch.float64)
+        w = _chunk_weight64(weight, g)
+        if sums is None:
+            sums = {
+                "qq": q.new_zeros(num_samples, self.k, self.k),
+                "mass": q.new_zeros(num_samples),
+                "count": q.new_zeros(num_samples),
+                "present": torch.zeros(num_samples, dtype=torch.bool, device=g.device),
+            }
+        for sample, nodes in sample_ranges(batch, num_samples):
+            sums["qq"][sample] += (q[nodes] * w[nodes, None]).T @ q[nodes]
+            sums["mass"][sample] += w[nodes].sum()
+            sums["count"][sample] += (w[nodes] > 0).sum()
+            sums["present"][sample] = True
+        return sums
+
+    def factors(self, sums: dict[str, Tensor]) -> Tensor:
+        """The Cholesky factors ``[B, k, k]`` (float64) of :meth:`moments`' per-sample moments
+        (``"sample"``), or of the running moment for every sample (``"batch"``, evaluation)."""
+        if self.orthonormalize == "batch":
+            if self.training:
+                raise ConfigError(
+                    "orthonormalize='batch' whitens a training batch with the moment of the whole "
+                    "batch; evaluate it in chunks in evaluation mode only (model.eval())"
+                )
+            chol = _cholesky_with_jitter(self.running_moment.to(torch.float64))
+            return chol.expand(len(sums["qq"]), -1, -1)
+        mass = sums["mass"].clamp_min(torch.finfo(torch.float64).tiny)
+        moments = sums["qq"] / mass[:, None, None]
+        present = sums["present"]
+        _check_enough_nodes(sums["count"], self.k, present)
+        eye = torch.eye(self.k, dtype=moments.dtype, device=moments.device)
+        return _cholesky_with_jitter(torch.where(present[:, None, None], moments, eye))
+
+    def project(
+        self,
+        h: Tensor,
+        g: Tensor,
+        batch: Tensor,
+        weight: Tensor | None,
+        factors: Tensor,
+        sums: dict[str, Tensor],
+        inner: Tensor | None = None,
+    ) -> Tensor:
+        r"""Adds one chunk of nodes to the running inner products :math:`\langle \psi, h
+        \rangle_b = \sum_{i \in b} \bar w_i \psi_i h_i^\top` ``[B, k, d]`` (``inner``) and
+        returns them; ``factors`` and ``sums`` from :meth:`factors` and :meth:`moments`."""
+        dtype = torch.promote_types(h.dtype, torch.float32)
+        w = _chunk_weight64(weight, g)
+        if inner is None:
+            inner = h.new_zeros(len(factors), self.k, h.shape[1], dtype=dtype)
+        for sample, nodes in sample_ranges(batch, len(factors)):
+            psi = self._chunk_eigenfunctions(g[nodes], factors[sample], dtype)
+            w_bar = (w[nodes] / sums["mass"][sample]).to(dtype)
+            inner[sample] += (psi * w_bar[:, None]).T @ h[nodes].to(dtype)
+        return inner
+
+    def coefficients(self, inner: Tensor, sums: dict[str, Tensor]) -> Tensor:
+        r""":math:`\mathrm{diag}(\mu) \langle \psi, h \rangle W_V^\top` ``[B, k, d]`` from
+        :meth:`project`'s inner products."""
+        return self._coefficients(inner, sums["count"] if self.inner_product == "sum" else None)
+
+    def expand(self, g: Tensor, batch: Tensor, factors: Tensor, coefficients: Tensor) -> Tensor:
+        r"""The output :math:`\psi(Y) \mathrm{diag}(\mu) \langle \psi, h \rangle` ``[n, d]``
+        at a chunk of nodes with features ``g``."""
+        out = coefficients.new_empty(len(g), coefficients.shape[-1])
+        for sample, nodes in sample_ranges(batch, len(coefficients)):
+            psi = self._chunk_eigenfunctions(g[nodes], factors[sample], coefficients.dtype)
+            out[nodes] = psi @ coefficients[sample]
+        return out
+
+    def _chunk_eigenfunctions(self, g: Tensor, factor: Tensor, dtype: torch.dtype) -> Tensor:
+        r""":math:`\psi = q L^{-\top}` of one sample's nodes in a chunk, ``[n, k]``."""
+        return _whiten(self.lin_q(g).to(torch.float64)[None], factor[None])[0].to(dtype)
+
     def extra_repr(self) -> str:
         return (
             f"{self.channels}, feature_channels={self.feature_channels}, k={self.k}, "
@@ -315,6 +407,14 @@ class OrthogonalAttention(nn.Module):
             f"orthonormalize={self.orthonormalize!r}, momentum={self.momentum}, "
             f"inner_product={self.inner_product!r}"
         )
+
+
+def _chunk_weight64(weight: Tensor | None, like: Tensor) -> Tensor:
+    """A chunk's quadrature weights in float64 (ones when None: the moments are normalised per
+    sample)."""
+    if weight is None:
+        return torch.ones(len(like), dtype=torch.float64, device=like.device)
+    return weight.to(torch.float64)
 
 
 def _num_samples(batch: Tensor, batch_dst: Tensor | None) -> int:

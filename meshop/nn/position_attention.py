@@ -8,7 +8,7 @@ module's former contents.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -232,6 +232,56 @@ class PositionAttention(PositionKernel):
             attn = torch.softmax(logits if log_w is None else logits + log_w, dim=-1)
             out[start : start + chunk] = torch.matmul(attn.to(v.dtype), v).transpose(0, 1)
         return out
+
+    def attend_streamed(
+        self,
+        source: Callable[[slice], Tensor],
+        pos: Tensor,
+        batch: Tensor,
+        weight: Tensor | None,
+        pos_dst: Tensor,
+        batch_dst: Tensor,
+    ) -> Tensor:
+        r"""The layer's output at ``pos_dst`` [N_dst, D] (sorted ``batch_dst``) with the sources
+        streamed: ``source(range)`` returns the features ``[n, C_in]`` of a range of the source
+        nodes (``pos``, sorted ``batch``, ``weight`` or None), so no more than a block of
+        sources' values exists at a time. Each target's softmax is accumulated block by block
+        with a running maximum :math:`m_i` per head, :math:`\sum_k w_k e^{s_{ik} - m_i} v_k`
+        and :math:`\sum_k w_k e^{s_{ik} - m_i}`, both rescaled when :math:`m_i` grows: the
+        same formula as :meth:`forward`, exact in any blocking. The distances are computed
+        directly (minimum-image when periodic), at most ``16 * chunk_elements`` per block.
+        Chunked inference (:mod:`meshop.nn.chunked`) calls it with chunks of targets."""
+        lam = self.lam
+        log_w = log_weight(weight, pos)
+        box = None if self.periodic is None else box_lengths(self.periodic, pos.shape[1], pos)
+        out = pos_dst.new_zeros(len(pos_dst), self.heads, self.head_channels)
+        for src, dst in sample_slices(batch, batch_dst):
+            n_dst = dst.stop - dst.start
+            if n_dst == 0 or src.stop == src.start:
+                continue
+            step = max(1, 16 * self.chunk_elements // (n_dst * self.heads))
+            num = den = top = None
+            for start in range(src.start, src.stop, step):
+                block = slice(start, min(start + step, src.stop))
+                v = self.lin_v(source(block)).view(-1, self.heads, self.head_channels)
+                delta = pos_dst[dst, None] - pos[None, block]  # [n_dst, n, D]
+                if box is not None:
+                    delta = minimum_image(delta, box)
+                logits = -lam.view(-1, 1, 1) * delta.square().sum(-1)  # [H, n_dst, n]
+                if log_w is not None:
+                    logits = logits + log_w[block]
+                new_top = logits.amax(-1) if top is None else torch.maximum(top, logits.amax(-1))
+                p = torch.exp(logits - new_top[..., None])
+                part = p.to(v.dtype) @ v.transpose(0, 1)  # [H, n_dst, C_h]
+                if num is None:
+                    num, den = part, p.sum(-1)
+                else:
+                    rescale = torch.exp(top - new_top)
+                    num = num * rescale[..., None].to(num.dtype) + part
+                    den = den * rescale + p.sum(-1)
+                top = new_top
+            out[dst] = (num / den[..., None].to(num.dtype)).transpose(0, 1).to(out.dtype)
+        return out.view(len(pos_dst), self.out_channels)
 
     def __repr__(self) -> str:
         periodic = "" if self.periodic is None else f", periodic={self.periodic}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
+from meshop.errors import ConfigError
 from meshop.nn.head_attention import HeadAttention
 from meshop.nn.quadrature import log_weight_mask
 
@@ -36,6 +37,15 @@ class SoftmaxAttention(HeadAttention):
         bias = log_weight_mask(weight, mask, q.dtype)[:, None, None, :]  # [B, 1, 1, n]
         p = self.dropout if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
+
+    def integrate(self, x, pos, batch, weight, num_samples, sums=None):
+        """Softmax attention has no kernel independent of the query node (its cost is quadratic
+        in the nodes), so it cannot be evaluated in chunks of nodes."""
+        raise ConfigError(
+            "softmax attention weighs every node pair, so it has no per-sample integral to "
+            "accumulate over chunks of nodes; evaluate it unchunked (chunk_nodes=None), or use "
+            "galerkin, fourier or linear attention for meshes too large to fit"
+        )
 
 
 __all__ = ["SoftmaxAttention"]

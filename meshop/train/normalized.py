@@ -11,6 +11,7 @@ from torch import nn
 from meshop._pyg import Data
 from meshop.data import GaussianNormalizer
 from meshop.data.normalizers import RunningMoments
+from meshop.nn.chunked import chunked_forward
 
 #: node sets whose coordinates the position normaliser maps (all with the same map)
 POSITION_KEYS = ("pos", "latent_pos", "query_pos")
@@ -123,6 +124,14 @@ class NormalizedModel(nn.Module):
 
     def forward(self, data: Data) -> torch.Tensor:
         pred = self.model(self.encode_inputs(data))
+        if "y" in self.normalizers:
+            pred = self.normalizers["y"].decode(pred)
+        return pred
+
+    def forward_chunked(self, data: Data, chunk_nodes: int) -> torch.Tensor:
+        """:meth:`forward` through the model's own ``forward_chunked`` (:mod:`meshop.nn.chunked`):
+        the normalisers act on each node alone, so they need no chunking."""
+        pred = chunked_forward(self.model)(self.encode_inputs(data), chunk_nodes)
         if "y" in self.normalizers:
             pred = self.normalizers["y"].decode(pred)
         return pred

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from meshop.data.batching import node_chunks, part
 from meshop.errors import ConfigError
 from meshop.nn.fourier_attention import FourierAttention
 from meshop.nn.galerkin_attention import GalerkinAttention
@@ -120,6 +121,33 @@ class GalerkinEncoderLayer(nn.Module):
             x = self.norm_attn(x)
             return self.norm_ffn(x + self.ffn(x))
         return x + self.ffn(x)
+
+    def forward_chunked(
+        self,
+        x: Tensor,
+        pos: Tensor,
+        batch: Tensor,
+        weight: Tensor | None,
+        num_samples: int,
+        chunk_nodes: int,
+    ) -> Tensor:
+        """:meth:`forward` chunk by chunk, ``x`` updated in place and returned: the attention's
+        kernels integrated over every chunk first (:meth:`~meshop.nn.HeadAttention.integrate`;
+        softmax attention has none and raises), then each chunk's output. Evaluation only."""
+        sums = None
+        for nodes in node_chunks(len(x), chunk_nodes):
+            sums = self.attn.integrate(
+                x[nodes], pos[nodes], batch[nodes], part(weight, nodes), num_samples, sums
+            )
+        kernel = self.attn.kernel(sums)
+        for nodes in node_chunks(len(x), chunk_nodes):
+            y = x[nodes] + self.attn.apply_kernel(x[nodes], pos[nodes], batch[nodes], kernel)
+            if self.norm == "regular":
+                y = self.norm_attn(y)
+                x[nodes] = self.norm_ffn(y + self.ffn(y))
+            else:
+                x[nodes] = y + self.ffn(y)
+        return x
 
     def __repr__(self) -> str:
         return (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from meshop.data.batching import node_chunks, part
 from meshop.nn.fourier_attention import FourierAttention
 from meshop.nn.galerkin_attention import GalerkinAttention
 from meshop.nn.linear_attention import LinearAttention
@@ -73,6 +74,36 @@ class FeatureBlock(nn.Module):
         g = g + self.attn(self.norm_attn(g), pos, batch, weight)
         return g + self.ffn(self.norm_ffn(g))
 
+    def forward_chunked(
+        self,
+        g: Tensor,
+        pos: Tensor,
+        batch: Tensor,
+        weight: Tensor | None,
+        num_samples: int,
+        chunk_nodes: int,
+    ) -> Tensor:
+        """:meth:`forward` chunk by chunk, ``g`` updated in place and returned: the attention's
+        kernels integrated over every chunk (:meth:`~meshop.nn.HeadAttention.integrate`), then
+        each chunk's attention and FFN. Evaluation only."""
+        sums = None
+        for nodes in node_chunks(len(g), chunk_nodes):
+            sums = self.attn.integrate(
+                self.norm_attn(g[nodes]),
+                pos[nodes],
+                batch[nodes],
+                part(weight, nodes),
+                num_samples,
+                sums,
+            )
+        kernel = self.attn.kernel(sums)
+        for nodes in node_chunks(len(g), chunk_nodes):
+            y = g[nodes] + self.attn.apply_kernel(
+                self.norm_attn(g[nodes]), pos[nodes], batch[nodes], kernel
+            )
+            g[nodes] = y + self.ffn(self.norm_ffn(y))
+        return g
+
 
 class SolutionBlock(nn.Module):
     r"""One stage of ONO's solution stream: orthogonal attention, residual, LN and FFN (eq. (6)).
@@ -132,6 +163,39 @@ class SolutionBlock(nn.Module):
 
     def forward(self, h: Tensor, g: Tensor, batch: Tensor, weight: Tensor) -> Tensor:
         return self.ffn(self.norm(self.attn(h, None, batch, weight, g=g) + h))
+
+    def forward_chunked(
+        self,
+        h: Tensor,
+        g: Tensor,
+        batch: Tensor,
+        weight: Tensor | None,
+        num_samples: int,
+        chunk_nodes: int,
+    ) -> Tensor:
+        """:meth:`forward` chunk by chunk (:meth:`~meshop.nn.OrthogonalAttention.moments`, the
+        factors, :meth:`~meshop.nn.OrthogonalAttention.project`, then each chunk's output):
+        ``[N, out_channels]``, written into ``h`` when the widths agree. Evaluation only."""
+        attn, chunks = self.attn, node_chunks(len(h), chunk_nodes)
+        sums = None
+        for nodes in chunks:
+            sums = attn.moments(g[nodes], batch[nodes], part(weight, nodes), num_samples, sums)
+        factors = attn.factors(sums)
+        inner = None
+        for nodes in chunks:
+            inner = attn.project(
+                h[nodes], g[nodes], batch[nodes], part(weight, nodes), factors, sums, inner
+            )
+        coefficients = attn.coefficients(inner, sums)
+        out = h if self.ffn.lins[-1].out_features == h.shape[1] else None
+        for nodes in chunks:
+            y = self.ffn(
+                self.norm(attn.expand(g[nodes], batch[nodes], factors, coefficients) + h[nodes])
+            )
+            if out is None:
+                out = y.new_empty(len(h), y.shape[1])
+            out[nodes] = y
+        return out
 
 
 def trunc_normal_linears(mlp: MLP) -> None:

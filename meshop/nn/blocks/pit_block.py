@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from meshop.data.batching import node_chunks
 from meshop.nn.mlp import MLP
 from meshop.nn.position_attention import PositionAttention
 
@@ -47,6 +48,20 @@ class PiTBlock(nn.Module):
     ) -> Tensor:
         h = F.gelu(self.attn(u, pos, batch, weight))
         return F.gelu(self.mlp(h) + self.skip(u))
+
+    def forward_chunked(
+        self, u: Tensor, pos: Tensor, batch: Tensor, weight: Tensor | None, chunk_nodes: int
+    ) -> Tensor:
+        """:meth:`forward` for chunks of targets, each attending to every node of its sample
+        with the sources streamed (:meth:`~meshop.nn.PositionAttention.attend_streamed`): a new
+        ``[N, d_v]`` tensor, never an ``N x N`` one. Evaluation only."""
+        out = u.new_empty(len(u), self.skip.out_features)
+        for nodes in node_chunks(len(u), chunk_nodes):
+            h = self.attn.attend_streamed(
+                lambda sources: u[sources], pos, batch, weight, pos[nodes], batch[nodes]
+            )
+            out[nodes] = F.gelu(self.mlp(F.gelu(h)) + self.skip(u[nodes]))
+        return out
 
 
 __all__ = ["PiTBlock"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from meshop.data.batching import node_chunks, part
 from meshop.nn.mlp import MLP
 from meshop.nn.physics_attention import PhysicsAttention
 
@@ -38,6 +39,24 @@ class TransolverBlock(nn.Module):
     def forward(self, x: Tensor, batch: Tensor, weight: Tensor) -> Tensor:
         x = x + self.attn(self.norm_attn(x), None, batch, weight)
         return x + self.mlp(self.norm_mlp(x))
+
+    def forward_chunked(
+        self, x: Tensor, batch: Tensor, weight: Tensor | None, num_samples: int, chunk_nodes: int
+    ) -> Tensor:
+        """:meth:`forward` chunk by chunk, ``x`` updated in place and returned: the slice tokens
+        integrated over every chunk first (:meth:`~meshop.nn.PhysicsAttention.integrate`), then
+        each chunk's attention and MLP. Evaluation only (no autograd through the in-place
+        update)."""
+        sums = None
+        for nodes in node_chunks(len(x), chunk_nodes):
+            sums = self.attn.integrate(
+                self.norm_attn(x[nodes]), batch[nodes], part(weight, nodes), num_samples, sums
+            )
+        tokens = self.attn.attend_tokens(sums)
+        for nodes in node_chunks(len(x), chunk_nodes):
+            y = x[nodes] + self.attn.deslice(self.norm_attn(x[nodes]), batch[nodes], tokens)
+            x[nodes] = y + self.mlp(self.norm_mlp(y))
+        return x
 
 
 __all__ = ["TransolverBlock"]

@@ -1,0 +1,185 @@
+r"""Chunked inference: a model's forward pass that never holds more than a chunk of nodes'
+intermediate tensors.
+
+Every attention of meshop integrates over the mesh, and integrals are sums that can be
+accumulated chunk by chunk exactly: the Galerkin-family kernels
+(:meth:`~meshop.nn.HeadAttention.integrate`), ONO's moments and inner products
+(:meth:`~meshop.nn.OrthogonalAttention.moments`, :meth:`~meshop.nn.OrthogonalAttention.project`),
+Transolver's slice tokens (:meth:`~meshop.nn.PhysicsAttention.integrate`) and the softmax sums of
+position attention, with a running maximum (:meth:`~meshop.nn.PositionAttention.attend_streamed`)
+or over receptive fields found for a chunk of targets at a time (:func:`cross_attention`). The
+per-node parts (MLPs, layer norms, queries, decoders) then run chunk by chunk. Each model's
+``forward_chunked(data, chunk_nodes)`` puts these together; :func:`predict_in_chunks` is the entry
+point, with a default chunk size chosen from the mesh size and the free memory
+(:func:`default_chunk_nodes`).
+
+The chunked pass equals the unchunked one up to the order of floating-point sums (tests compare
+them for every model on mixed batches whose chunks cut samples). What remains of size N is what
+the model's own state needs between layers: the input and output for PiT and the Galerkin
+Transformer on a latent mesh, one ``[N, width]`` feature tensor per stream for the Transolver and
+ONO. It is an inference path: ``forward_chunked`` runs without autograd, in evaluation mode.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from meshop._pyg import Data
+from meshop.data.batching import node_chunks
+from meshop.errors import ConfigError
+from meshop.nn.local_position_attention import LocalPositionAttention
+from meshop.nn.position_attention import PositionAttention
+
+#: nodes from which :func:`default_chunk_nodes` chunks a batch (below, the unchunked pass is
+#: faster and small)
+CHUNK_FROM = 2**17
+#: the default chunk, when enough memory is free
+DEFAULT_CHUNK = 2**16
+#: memory per node of a chunk that the default leaves room for (the widest intermediate tensors
+#: of the CPU presets take a few kB per node)
+BYTES_PER_CHUNK_NODE = 16 * 2**10
+
+
+def total_nodes(data: Data) -> int:
+    """The nodes a model evaluates: the input mesh plus the query points."""
+    query = getattr(data, "query_pos", None)
+    return len(data.pos) + (0 if query is None else len(query))
+
+
+def available_memory() -> int | None:
+    """Bytes of memory free for this process (Linux' ``MemAvailable``; None where unknown)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def default_chunk_nodes(num_nodes: int, free_bytes: int | None = None) -> int | None:
+    """The chunk size of :func:`predict_in_chunks` when none is given: None (no chunking) up to
+    :data:`CHUNK_FROM` nodes; above, :data:`DEFAULT_CHUNK` nodes, fewer (down to 1024) when less
+    than a quarter of the free memory (``free_bytes``, read when None) would hold a chunk's
+    intermediate tensors at :data:`BYTES_PER_CHUNK_NODE` per node."""
+    if num_nodes <= CHUNK_FROM:
+        return None
+    free = available_memory() if free_bytes is None else free_bytes
+    if free is None:
+        return DEFAULT_CHUNK
+    return int(max(1024, min(DEFAULT_CHUNK, free // 4 // BYTES_PER_CHUNK_NODE)))
+
+
+def check_chunk_nodes(chunk_nodes: int) -> int:
+    if isinstance(chunk_nodes, bool) or not isinstance(chunk_nodes, int) or chunk_nodes < 1:
+        raise ConfigError(
+            f"chunk_nodes must be a positive number of nodes (e.g. 65536), got {chunk_nodes!r}"
+        )
+    return chunk_nodes
+
+
+def chunked_forward(model: nn.Module) -> Callable[[Data, int], Tensor]:
+    """The ``forward_chunked`` of a model (through a :class:`~meshop.train.NormalizedModel`'s
+    own), with a clear error for a model that has none."""
+    method = getattr(model, "forward_chunked", None)
+    if method is None:
+        raise ConfigError(
+            f"{type(model).__name__} has no chunked forward pass (forward_chunked); predict "
+            f"unchunked (chunk_nodes=None), or use a meshop model"
+        )
+    return method
+
+
+def check_evaluation(model: nn.Module) -> None:
+    """Chunked passes are inference: dropout and batch statistics would differ from training."""
+    if model.training:
+        raise ConfigError(
+            f"{type(model).__name__}.forward_chunked evaluates the model; call model.eval() first "
+            f"(or use meshop.nn.chunked.predict_in_chunks, which does)"
+        )
+
+
+@torch.no_grad()
+def predict_in_chunks(model: nn.Module, data: Data, chunk_nodes: int | None = None) -> Tensor:
+    """``model(data)``, chunk by chunk: the model's ``forward_chunked`` with ``chunk_nodes``
+    nodes per chunk (:func:`default_chunk_nodes` when None, which leaves small meshes unchunked),
+    in evaluation mode (the model is left in the mode it was given in), without autograd."""
+    if chunk_nodes is None:
+        chunk_nodes = default_chunk_nodes(total_nodes(data))
+    was_training = model.training
+    model.eval()
+    try:
+        if chunk_nodes is None:
+            return model(data)
+        return chunked_forward(model)(data, check_chunk_nodes(chunk_nodes))
+    finally:
+        model.train(was_training)
+
+
+def cross_attention(
+    layer: nn.Module,
+    source: Callable[[Tensor | slice], Tensor],
+    pos: Tensor,
+    batch: Tensor,
+    weight: Tensor | None,
+    pos_dst: Tensor,
+    batch_dst: Tensor,
+    chunk_nodes: int,
+) -> Tensor:
+    """A (local or global) position attention from the source nodes to the targets, for chunks
+    of targets, with the source features computed on demand: ``source(index)`` gives the
+    features ``[n, C_in]`` of the source rows ``index`` (a slice or an index tensor), so the
+    ``[N_src, C_in]`` features need never exist (PiT's encoder lifts the input fields only for
+    the sources a chunk of latent nodes reads).
+
+    A local layer finds each chunk's receptive fields among all the sources of the targets'
+    samples (exactly the fields of the whole target set) and attends over the sources they
+    hold (:meth:`~meshop.nn.LocalPositionAttention.attend_edges`); the chunks hold about
+    ``4 * chunk_nodes`` edges. A global layer streams the sources
+    (:meth:`~meshop.nn.PositionAttention.attend_streamed`). Returns ``[N_dst, C_out]``."""
+    if isinstance(layer, LocalPositionAttention):
+        return _local_cross_attention(
+            layer, source, pos, batch, weight, pos_dst, batch_dst, chunk_nodes
+        )
+    if not isinstance(layer, PositionAttention):
+        raise ConfigError(f"no chunked cross attention for {type(layer).__name__}")
+    parts = [
+        layer.attend_streamed(source, pos, batch, weight, pos_dst[nodes], batch_dst[nodes])
+        for nodes in node_chunks(len(pos_dst), chunk_nodes)
+    ]
+    return torch.cat(parts) if parts else pos_dst.new_zeros(0, layer.out_channels)
+
+
+def _local_cross_attention(layer, source, pos, batch, weight, pos_dst, batch_dst, chunk_nodes):
+    ((kind, value),) = layer.field.items()
+    most = int(torch.bincount(batch).max()) if len(batch) else 1
+    field = {"quantile": value * most + 2, "k": value, "radius": layer.max_num_neighbors}[kind]
+    targets = max(1, 4 * chunk_nodes // max(int(field), 1))
+    parts = []
+    for nodes in node_chunks(len(pos_dst), targets):
+        index, dist = layer.neighbors(pos, pos_dst[nodes], batch, batch_dst[nodes], use_cache=False)
+        sources, local = torch.unique(index[1], return_inverse=True)
+        w = None if weight is None else weight[sources]
+        edges = torch.stack([index[0], local])  # still sorted by target, then source
+        parts.append(layer.attend_edges(source(sources), w, edges, dist, nodes.stop - nodes.start))
+    return torch.cat(parts) if parts else pos_dst.new_zeros(0, layer.out_channels)
+
+
+__all__ = [
+    "CHUNK_FROM",
+    "DEFAULT_CHUNK",
+    "available_memory",
+    "check_evaluation",
+    "cross_attention",
+    "default_chunk_nodes",
+    "predict_in_chunks",
+    "total_nodes",
+]
