@@ -26,6 +26,17 @@ operators, re-expressed here in a few lines each so that the speed comparison
   (in training; it also updates the running covariance that evaluation uses), its Cholesky factor
   ``L`` inverted and ``x_ <- x_ L^{-T}``, then ``fx <- (x_ softplus(mu)) (x_^T fx) + fx`` and
   ``fx <- MLP(LN(fx))`` (a linear to the output in the last block).
+- :class:`TransolverReference`: the Transolver authors' irregular-mesh model
+  (``Transolver_Irregular_Mesh.Model`` with its ``Physics_Attention_Irregular_Mesh``; Wu et al.
+  2024), on dense ``[B, N, C]`` tensors: a Linear-GELU-Linear lift of ``[pos, f]`` plus a learned
+  placeholder; per block ``x += Attn(LN(x))``, ``x += MLP(LN(x))``, the last block ending in
+  ``Linear(LN(x))``. In the attention, the features and the slice inputs by two linears, each
+  permuted to ``[B, H, N, D]`` and made contiguous; slice logits by a linear on the slice inputs,
+  divided by each head's temperature, softmax over the slices; the slice norm by a sum over the
+  nodes; tokens ``einsum("bhnc,bhng->bhgc")`` divided by the norm plus ``1e-5``; Q, K, V of the
+  tokens, ``softmax(Q K^T / sqrt(D)) V``; deslice ``einsum("bhgc,bhng->bhnc")``, heads merged into
+  ``[B, N, H D]`` and an output linear. ``tests/test_transolver_reference.py`` checks it equal to
+  the authors' model when a clone of their repository is given.
 - :func:`dense_pit`: meshop's PiT (its modules and weights) evaluated as the PiT authors' code
   evaluates theirs, on ``[B, N, C]`` tensors: full distance matrices, ``torch.quantile`` masks,
   softmax and einsum (``speed/whole_models.py`` checks that it agrees with meshop's PiT).
@@ -294,6 +305,103 @@ class ONOReference(nn.Module):
         return fx
 
 
+# --- Transolver --------------------------------------------------------------------------------
+
+
+class PhysicsAttentionReference(nn.Module):
+    """The Transolver authors' ``Physics_Attention_Irregular_Mesh`` on ``[B, N, C]`` features."""
+
+    #: added to the slice norms before the division, as in the authors' code
+    eps = 1e-5
+
+    def __init__(self, dim: int, heads: int, slices: int):
+        super().__init__()
+        self.heads, self.dim_head = heads, dim // heads
+        inner = heads * self.dim_head
+        self.temperature = nn.Parameter(torch.full((1, heads, 1, 1), 0.5))
+        self.lin_x = nn.Linear(dim, inner)
+        self.lin_fx = nn.Linear(dim, inner)
+        self.lin_slice = nn.Linear(self.dim_head, slices)
+        nn.init.orthogonal_(self.lin_slice.weight)
+        self.lin_q, self.lin_k, self.lin_v = (
+            nn.Linear(self.dim_head, self.dim_head, bias=False) for _ in range(3)
+        )
+        self.lin_out = nn.Linear(inner, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, n, _ = x.shape
+
+        def heads(t):  # [B, N, H D] -> contiguous [B, H, N, D]
+            return t.reshape(b, n, self.heads, self.dim_head).permute(0, 2, 1, 3).contiguous()
+
+        fx, xs = heads(self.lin_fx(x)), heads(self.lin_x(x))
+        s = torch.softmax(self.lin_slice(xs) / self.temperature, dim=-1)  # [B, H, N, M]
+        norm = s.sum(2)  # [B, H, M]
+        tokens = torch.einsum("bhnc,bhng->bhgc", fx, s)
+        tokens = tokens / (norm + self.eps)[:, :, :, None].repeat(1, 1, 1, self.dim_head)
+        q, k, v = self.lin_q(tokens), self.lin_k(tokens), self.lin_v(tokens)
+        attn = torch.softmax(q @ k.transpose(-1, -2) * self.dim_head**-0.5, dim=-1)
+        out = torch.einsum("bhgc,bhng->bhnc", attn @ v, s)
+        return self.lin_out(out.permute(0, 2, 1, 3).reshape(b, n, -1))
+
+
+class TransolverReferenceBlock(nn.Module):
+    """The authors' ``Transolver_block`` (the last one ends in ``Linear(LN(x))``)."""
+
+    def __init__(self, width: int, heads: int, slices: int, mlp_ratio: int, out_dim: int | None):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width)
+        self.attn = PhysicsAttentionReference(width, heads, slices)
+        self.ln_2 = nn.LayerNorm(width)
+        self.mlp = _ONOMLP(width, width * mlp_ratio, width)
+        self.head = None
+        if out_dim is not None:
+            self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, out_dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.attn(self.ln_1(x)) + x
+        x = self.mlp(self.ln_2(x)) + x
+        return x if self.head is None else self.head(x)
+
+
+class TransolverReference(nn.Module):
+    """The authors' irregular-mesh ``Model`` (no time input, no unified position encoding); its
+    parameters in the order of theirs (``tests/test_transolver_reference.py`` maps one onto the
+    other)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        width: int = 64,
+        layers: int = 4,
+        heads: int = 4,
+        slices: int = 32,
+        mlp_ratio: int = 1,
+    ):
+        super().__init__()
+        self.preprocess = _ONOMLP(in_channels, 2 * width, width)
+        self.blocks = nn.ModuleList(
+            TransolverReferenceBlock(
+                width, heads, slices, mlp_ratio, out_channels if i == layers - 1 else None
+            )
+            for i in range(layers)
+        )
+        self.placeholder = nn.Parameter(torch.rand(width) / width)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    def forward(self, features: Tensor) -> Tensor:
+        """``features`` [B, N, C_in] (coordinates, then input fields) -> [B, N, C_out]."""
+        x = self.preprocess(features) + self.placeholder
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
 def dense_attention(layer, u, pos_src, pos_dst, quantile=None):
     """Position-attention as the PiT authors' code computes it, on [B, N, C] tensors.
 
@@ -344,8 +452,11 @@ __all__ = [
     "LinearAttentionReference",
     "ONOReference",
     "ONOReferenceBlock",
+    "PhysicsAttentionReference",
     "PiTReference",
     "PiTReferencePosAtt",
+    "TransolverReference",
+    "TransolverReferenceBlock",
     "dense_attention",
     "dense_inputs",
     "dense_pit",

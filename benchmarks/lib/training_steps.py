@@ -11,16 +11,19 @@ from benchmarks.lib.reference import (
     GalerkinReferenceEncoder,
     ONOReference,
     PiTReference,
+    TransolverReference,
     dense_inputs,
     dense_pit,
 )
 from benchmarks.lib.settings import ELASTICITY_PARAMS, PIT_BLOCKS, PIT_HEADS, PIT_WIDTH
 from benchmarks.lib.workloads import batch_of, build_model, samples
 from meshop.data import from_points, grid_points, make_loader
-from meshop.models import ONO
+from meshop.models import ONO, Transolver
 from meshop.nn import GalerkinEncoderLayer
 from meshop.train import relative_l2
 
+#: Transolver as ``meshop train`` builds it on the CPU datasets (meshop.train.presets)
+TRANSOLVER = dict(width=64, layers=4, heads=4, slices=32, mlp_ratio=1)
 #: the Galerkin Transformer's 1D encoder (Burgers, Table 5) and the issue's model settings
 GT_CHANNELS, GT_HEADS, GT_LAYERS, GT_BATCH = 96, 1, 4, 4
 
@@ -146,4 +149,39 @@ def ono_case(n: int, batch_size: int, grid: bool, authors: bool | str = True) ->
     return {
         "meshop": (_trainer(ours, lambda: loss(ours(data))), _params(ours)),
         "reference": (_trainer(ref, lambda: loss(ref(features))), _params(ref)),
+    }
+
+
+def transolver_case(n: int, batch_size: int, train: bool = True) -> dict:
+    """Transolver (:data:`TRANSOLVER`) on Elasticity-like point clouds of ``n`` nodes, against
+    the authors' irregular-mesh model (:class:`TransolverReference`): training steps, or
+    (``train=False``) forward passes in evaluation mode without gradients."""
+    torch.manual_seed(0)
+    data = batch_of(samples(n, batch_size, latent=n))
+    y = data.y.view(-1, 1)
+    in_channels = 2 + ELASTICITY_PARAMS
+    ours = Transolver(in_channels, 1, 2, **TRANSOLVER)
+    ref = TransolverReference(in_channels, 1, **TRANSOLVER)
+    _, features, _ = dense_inputs(data, batch_size)
+
+    def loss(pred):
+        return relative_l2(pred.reshape(-1, 1), y, data.batch, batch_size)
+
+    if train:
+        return {
+            "meshop": (_trainer(ours, lambda: loss(ours(data))), _params(ours)),
+            "reference": (_trainer(ref, lambda: loss(ref(features))), _params(ref)),
+        }
+    ours.eval(), ref.eval()
+
+    def infer(forward):
+        def step():
+            with torch.no_grad():
+                forward()
+
+        return step
+
+    return {
+        "meshop": (infer(lambda: ours(data)), _params(ours)),
+        "reference": (infer(lambda: ref(features)), _params(ref)),
     }

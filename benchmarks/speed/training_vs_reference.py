@@ -1,9 +1,10 @@
 """Training steps of meshop against the papers' reference formulations, side by side in one process.
 
 Each configuration builds meshop's model and the reference formulation of ``lib/reference.py`` (the
-Galerkin Transformer authors' encoder layer, the PiT authors' model, the ONO authors' ``ONO2``), and
-for PiT also the dense form of ``lib/reference.py`` (meshop's weights on ``[B, N, C]`` tensors), on
-the same inputs. A training step is forward, loss, backward and an Adam step. The implementations
+Galerkin Transformer authors' encoder layer, the PiT authors' model, the ONO authors' ``ONO2``, the
+Transolver authors' irregular-mesh model), and for PiT also the dense form of ``lib/reference.py`` (meshop's weights on ``[B, N, C]`` tensors), on
+the same inputs. A training step is forward, loss, backward and an Adam step (the Transolver's
+``inference`` rows: a forward pass in evaluation mode without gradients). The implementations
 are timed interleaved (one step of each in turn, ``--repeats`` rounds after one warm-up step each)
 at every thread count; the table reports each one's median step time and the ratio reference /
 meshop, of wall-clock time and of the process's CPU time (on a loaded machine the CPU time, which
@@ -39,7 +40,7 @@ from benchmarks.lib.common import (
     markdown_table,
     progress,
 )
-from benchmarks.lib.training_steps import galerkin_case, ono_case, pit_case
+from benchmarks.lib.training_steps import galerkin_case, ono_case, pit_case, transolver_case
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -72,6 +73,12 @@ def cases(quick: bool) -> list[tuple[str, callable, dict]]:
             ("PiT, 150 / 150 nodes, batch 2", pit_case, dict(n=150, latent=150, batch_size=2)),
             ("PiT, 150 / 40 nodes, batch 2", pit_case, dict(n=150, latent=40, batch_size=2)),
             ("ONO, 8x8 grid, batch 3", ono_case, dict(n=64, batch_size=3, grid=True)),
+            ("Transolver, 150 nodes, batch 2", transolver_case, dict(n=150, batch_size=2)),
+            (
+                "Transolver, 150 nodes, batch 2, inference",
+                transolver_case,
+                dict(n=150, batch_size=2, train=False),
+            ),
             (
                 "ONO, 8x8 grid, batch 3, meshop defaults",
                 ono_case,
@@ -95,6 +102,18 @@ def cases(quick: bool) -> list[tuple[str, callable, dict]]:
             "ONO, 16x16 grid, batch 20, meshop defaults",
             ono_case,
             dict(n=256, batch_size=20, grid=True, authors=False),
+        ),
+        ("Transolver, 972 nodes, batch 8", transolver_case, dict(n=972, batch_size=8)),
+        ("Transolver, 8192 nodes, batch 4", transolver_case, dict(n=8192, batch_size=4)),
+        (
+            "Transolver, 972 nodes, batch 8, inference",
+            transolver_case,
+            dict(n=972, batch_size=8, train=False),
+        ),
+        (
+            "Transolver, 8192 nodes, batch 4, inference",
+            transolver_case,
+            dict(n=8192, batch_size=4, train=False),
         ),
     ]
 

@@ -140,27 +140,59 @@ class PhysicsAttention(nn.Module):
             needs_pos=False,
         )
         sizes = _sample_sizes(batch, len(x))
+        if len(x) and _all_equal(sizes):
+            return self._forward_equal(x, weight, len(sizes))
         s, z = self._slice(x, sizes, weight)  # [H, N, M], [B, H, M, D]
-        z = F.scaled_dot_product_attention(
-            self.lin_q(z),
-            self.lin_k(z),
-            self.lin_v(z),
-            dropout_p=self.dropout if self.training else 0.0,
-        )  # eq. (3)
+        z = self._attend(z)  # eq. (3)
         out = [s_b @ z_b for s_b, z_b in zip(s.split(sizes, dim=1), z)]  # eq. (4)
         return self.lin_out(torch.cat(out, dim=1).transpose(0, 1).reshape(len(x), -1))
 
-    def _slice_weights(self, x: Tensor) -> Tensor:
-        """Eq. (1) head-major, [H, N, M]: one batched product writes the logits (the temperature
-        folded into the inputs and the bias), one softmax the weights."""
-        inv_t = 1.0 / self.temperature
-        xs = self.lin_x(x).view(len(x), self.heads, self.head_channels).transpose(0, 1)
-        logits = torch.baddbmm(
-            (self.lin_slice.bias * inv_t[:, None])[:, None, :],  # [H, 1, M]
-            xs * inv_t[:, None, None],  # [H, N, D]
-            self.lin_slice.weight.T.expand(self.heads, -1, -1),  # [H, D, M]
+    def _forward_equal(self, x: Tensor, weight: Tensor | None, b: int) -> Tensor:
+        """Eqs. (1)-(4) for ``b`` samples of equal sizes as dense ``[B, H, n, *]`` batches: no
+        per-sample loop. ``W_x`` and ``W_f`` are one product, laid out head-major by one copy;
+        the weights ride as one more row of the weighted features, so that one batched product
+        (``[D + 1, n] @ [n, M]``, the odd width on the side that costs nothing) gives the tokens'
+        integrals and the slice measures together."""
+        n, heads, d = len(x) // b, self.heads, self.head_channels
+        proj = F.linear(
+            x,
+            torch.cat([self.lin_x.weight, self.lin_fx.weight]),
+            torch.cat([self.lin_x.bias, self.lin_fx.bias]),
+        )  # [N, 2 H D]
+        xs, fx = proj.view(b, n, 2, heads, d).permute(2, 0, 3, 1, 4).contiguous()  # [B, H, n, D]
+        s = self._slice_softmax(xs)  # [B, H, n, M]
+        if weight is None:
+            weight = torch.ones(len(x), dtype=fx.dtype, device=fx.device)
+        w = weight.to(fx.dtype).view(b, 1, n, 1).expand(b, heads, n, 1)
+        integrals = torch.cat([fx * w, w], dim=-1).transpose(2, 3) @ s  # [B, H, D + 1, M]
+        mass = integrals[:, :, d:].transpose(2, 3)  # [B, H, M, 1]: the measure of each slice
+        z = integrals[:, :, :d].transpose(2, 3) / mass.clamp_min(_tiny(mass))  # eq. (2)
+        z = self._attend(z)  # eq. (3)
+        out = (s @ z).transpose(1, 2).reshape(len(x), heads * d)  # eq. (4)
+        return self.lin_out(out)
+
+    def _attend(self, z: Tensor) -> Tensor:
+        """Eq. (3) on the tokens ``[B, H, M, D]``: Q, K and V by one product."""
+        qkv = z @ torch.cat([self.lin_q.weight, self.lin_k.weight, self.lin_v.weight]).T
+        q, k, v = qkv.chunk(3, dim=-1)
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0
         )
-        return torch.softmax(logits, dim=-1)
+
+    def _slice_weights(self, x: Tensor) -> Tensor:
+        """Eq. (1) head-major, [H, N, M]."""
+        xs = self.lin_x(x).view(len(x), self.heads, self.head_channels).transpose(0, 1)
+        return self._slice_softmax(xs[None])[0]
+
+    def _slice_softmax(self, xs: Tensor) -> Tensor:
+        """Eq. (1) from the slice inputs ``W_x x`` head-major, ``[B, H, n, D]`` ->
+        ``[B, H, n, M]``: one batched product writes the logits (the temperature folded into the
+        ``[H, D, M]`` slice projection and its bias), one softmax the weights."""
+        inv_t = 1.0 / self.temperature
+        logits = xs @ (self.lin_slice.weight.T * inv_t[:, None, None])  # [B, H, n, M]
+        # in place: the product's backward needs its inputs only (a broadcast bias in baddbmm
+        # would be copied into the output first, which costs more than this addition)
+        return torch.softmax(logits.add_((self.lin_slice.bias * inv_t[:, None])[:, None]), -1)
 
     def _slice(self, x: Tensor, sizes: list[int], weight: Tensor | None):
         """Eqs. (1)-(2) head-major: ``(s [H, N, M], tokens [B, H, M, D])``. The weights multiply
@@ -197,6 +229,11 @@ def _sample_sizes(batch: Tensor | None, n: int) -> list[int]:
             "contiguous, as in a PyG DataLoader batch (sort the nodes by sample first)"
         )
     return torch.bincount(batch).tolist()
+
+
+def _all_equal(sizes: list[int]) -> bool:
+    """Whether every sample has the same number of nodes (the dense batched path)."""
+    return min(sizes) == max(sizes)
 
 
 def _tiny(t: Tensor) -> float:
