@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from meshop.data.batching import sample_ranges
 from meshop.errors import ConfigError
 from meshop.nn.interface import check_inputs
 
@@ -211,6 +212,51 @@ class PhysicsAttention(nn.Module):
             mass = s_t @ weight_b  # [H, M]: the measure of each slice
             tokens.append((s_t @ wfx_b) / mass.clamp_min(_tiny(mass))[..., None])
         return s, torch.stack(tokens)
+
+    # Chunked evaluation (meshop.nn.chunked): eq. (2)'s integrals accumulated over node chunks,
+    # eq. (3) once per sample, eqs. (1) and (4) again chunk by chunk.
+
+    def integrate(
+        self,
+        x: Tensor,
+        batch: Tensor,
+        weight: Tensor | None,
+        num_samples: int,
+        sums: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        r"""Adds one chunk of nodes (``x`` [n, C], sorted ``batch`` [n] of global sample indices,
+        ``weight`` [n] or None for equal weights) to the running integrals of eq. (2) and returns
+        them: :math:`\sum_i w_i s_{ij} (W_f x_i)_h` ``[B, H, M, D]`` and the slice measures
+        :math:`\sum_i w_i s_{ij}` ``[B, H, M]``."""
+        s = self._slice_weights(x)  # [H, n, M]
+        fx = self.lin_fx(x).view(len(x), self.heads, self.head_channels).transpose(0, 1)
+        w = x.new_ones(len(x)) if weight is None else weight.to(fx.dtype)
+        if sums is None:
+            sums = (
+                x.new_zeros(num_samples, self.heads, self.slices, self.head_channels),
+                x.new_zeros(num_samples, self.heads, self.slices),
+            )
+        features, mass = sums
+        for sample, nodes in sample_ranges(batch, num_samples):
+            s_t = s[:, nodes].transpose(1, 2)  # [H, M, n_b]
+            features[sample] += s_t @ (fx[:, nodes] * w[None, nodes, None])
+            mass[sample] += s_t @ w[nodes]
+        return sums
+
+    def attend_tokens(self, sums: tuple[Tensor, Tensor]) -> Tensor:
+        """Eqs. (2)-(3) from :meth:`integrate`'s sums: the attended slice tokens
+        ``[B, H, M, D]``."""
+        features, mass = sums
+        return self._attend(features / mass.clamp_min(_tiny(mass))[..., None])
+
+    def deslice(self, x: Tensor, batch: Tensor, tokens: Tensor) -> Tensor:
+        """Eqs. (1) and (4): the layer's output ``[n, C]`` at a chunk of nodes from the attended
+        tokens of every sample (:meth:`attend_tokens`)."""
+        s = self._slice_weights(x)  # [H, n, M]
+        out = x.new_empty(self.heads, len(x), self.head_channels)
+        for sample, nodes in sample_ranges(batch, len(tokens)):
+            out[:, nodes] = s[:, nodes] @ tokens[sample]
+        return self.lin_out(out.transpose(0, 1).reshape(len(x), -1))
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,260 @@
+"""Chunked inference (meshop.nn.chunked): every model's forward_chunked equals its forward, on
+mixed batches whose chunks cut samples, and holds no more than a chunk of nodes at a time."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from meshop import ConfigError
+from meshop.data import add_latent_mesh, from_points, make_loader, set_query_points, uniform_grid
+from meshop.data.batching import node_chunks, sample_ranges
+from meshop.models import ONO, GalerkinTransformer, MLPBaseline, PiT, Transolver
+from meshop.nn import LocalPositionAttention, PositionAttention
+from meshop.nn.chunked import (
+    CHUNK_FROM,
+    DEFAULT_CHUNK,
+    default_chunk_nodes,
+    predict_in_chunks,
+    total_nodes,
+)
+from meshop.train import NormalizedModel
+from meshop.train.normalized import fit_normalizers
+
+MODELS = {
+    "pit": lambda: PiT(3, 2, 2, width=16, blocks=2),
+    "pit-knn-decoder-block": lambda: PiT(
+        3, 2, 2, width=16, blocks=1, encoder_k=12, decoder_k=6, decoder_blocks=1
+    ),
+    "pit-radius-unweighted": lambda: PiT(
+        3, 2, 2, width=16, blocks=1, encoder_radius=0.2, decoder_radius=0.4, weighted=False
+    ),
+    "pit-periodic": lambda: PiT(3, 2, 2, width=16, blocks=1, periodic=1.0),
+    "transolver": lambda: Transolver(3, 2, 2, width=16, layers=2, heads=2, slices=8),
+    "ono-galerkin": lambda: ONO(3, 2, 2, width=16, layers=2, k=4, heads=2),
+    "ono-linear-sum": lambda: ONO(
+        3, 2, 2, width=16, layers=2, k=4, heads=2, feature_attention="linear", inner_product="sum"
+    ),
+    "ono-fourier-batch": lambda: ONO(
+        3,
+        2,
+        2,
+        width=16,
+        layers=2,
+        k=4,
+        heads=2,
+        feature_attention="fourier",
+        orthonormalize="batch",
+    ),
+    "galerkin-global-cross": lambda: GalerkinTransformer(
+        3, 2, 2, channels=16, layers=2, heads=2, path="mesh"
+    ),
+    "galerkin-local-cross": lambda: GalerkinTransformer(
+        3, 2, 2, channels=16, layers=2, heads=2, path="mesh", quantile=0.05
+    ),
+    "fourier-regular-norm": lambda: GalerkinTransformer(
+        3, 2, 2, attention="fourier", norm="regular", channels=16, layers=1, heads=2, path="mesh"
+    ),
+    "linear-encoder": lambda: GalerkinTransformer(
+        3, 2, 2, attention="linear", channels=16, layers=1, heads=2, path="mesh", k=8
+    ),
+    "mlp": lambda: MLPBaseline(3, 2, 2),
+}
+
+
+def sample(n, seed, queries=0, latent=True, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    pos = torch.rand(n, 2, generator=g, dtype=dtype)
+    data = from_points(pos, x=torch.rand(n, 1, generator=g, dtype=dtype), y=pos[:, :2])
+    data.weight = (0.5 + torch.rand(n, generator=g, dtype=dtype)) / n
+    if queries:
+        set_query_points(data, torch.rand(queries, 2, generator=g, dtype=dtype))
+    if latent:
+        data = add_latent_mesh(data, num_points=24, seed=seed)
+    for key in ("pos", "x", "y", "weight", "latent_pos", "query_pos"):
+        if getattr(data, key, None) is not None:
+            data[key] = data[key].to(dtype)
+    return data
+
+
+def mixed_batch(queries=0, latent=True, dtype=torch.float64):
+    samples = [sample(n, i, queries, latent, dtype) for i, n in enumerate((310, 520, 130))]
+    return next(iter(make_loader(samples, batch_size=3)))
+
+
+def built(name, dtype=torch.float64):
+    torch.manual_seed(0)
+    return MODELS[name]().to(dtype).eval()
+
+
+# float64; ONO at initialisation whitens nearly collinear features (condition numbers ~1e8), so
+# the order of its sums shows at 1e-8: a wrong integral shows at 1e-2
+def relative_error(out, ref):
+    return float((out - ref).abs().max().detach() / ref.abs().max().detach())
+
+
+@pytest.mark.parametrize("queries", [0, 17], ids=["mesh", "queries"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_model_in_chunks_equals_its_forward_on_a_mixed_batch(name, queries):
+    batch = mixed_batch(queries)
+    model = built(name)
+    if name == "ono-fourier-batch":  # a running moment of its own, as after training
+        model.train()
+        model(batch)
+        model.eval()
+    with torch.no_grad():
+        reference = model(batch)
+    for chunk_nodes in (97, 400, 5000):  # cuts every sample / cuts some / one chunk
+        out = model.forward_chunked(batch, chunk_nodes)
+        assert out.shape == reference.shape
+        assert relative_error(out, reference) < 1e-6, chunk_nodes
+
+
+@pytest.mark.parametrize("name", ["pit", "transolver", "ono-galerkin", "galerkin-local-cross"])
+def test_chunks_of_one_node_and_a_single_domain(name):
+    data = sample(60, 7, queries=5)
+    model = built(name)
+    with torch.no_grad():
+        reference = model(data)
+    assert relative_error(model.forward_chunked(data, 1), reference) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["pit", "transolver", "ono-galerkin", "galerkin-global-cross"])
+def test_float32_in_chunks_at_twenty_thousand_nodes(name):
+    data = sample(20_000, 3, latent=True, dtype=torch.float32)
+    model = built(name, torch.float32)
+    with torch.no_grad():
+        reference = model(data)
+    out = predict_in_chunks(model, data, chunk_nodes=4096)
+    assert relative_error(out, reference) < 2e-4
+
+
+def test_chunks_bound_the_rows_every_node_layer_sees():
+    data = sample(3000, 5, queries=400)
+    rows = {}
+
+    def record(name):
+        def hook(module, inputs, output):
+            rows[name] = max(rows.get(name, 0), len(inputs[0]))
+
+        return hook
+
+    transolver = built("transolver")
+    transolver.blocks[0].attn.lin_x.register_forward_hook(record("slices"))
+    transolver.preprocess.register_forward_hook(record("preprocess"))
+    transolver.forward_chunked(data, 256)
+    assert rows["slices"] <= 256 and rows["preprocess"] <= 256
+
+    pit = built("pit-knn-decoder-block")
+    pit.lift.register_forward_hook(record("lift"))
+    pit.head.register_forward_hook(record("head"))
+    pit.decoder_processor[0].attn.register_forward_hook(record("query block"))
+    pit.forward_chunked(data, 64)
+    # the encoder lifts only the sources of a chunk of latent nodes' fields (4 x 64 edges)
+    assert rows["lift"] <= 4 * 64 < len(data.pos)
+    assert rows["head"] <= 64
+    # the block on the 400 query points attends for chunks of targets, never all at once
+    assert "query block" not in rows
+
+
+@pytest.mark.parametrize("periodic", [None, 1.0])
+def test_streamed_position_attention_merges_its_blocks_exactly(periodic):
+    torch.manual_seed(0)
+    layer = PositionAttention(8, 8, heads=2, periodic=periodic, chunk_elements=16).double()
+    pos, x = torch.rand(90, 2, dtype=torch.float64), torch.randn(90, 8, dtype=torch.float64)
+    batch = torch.repeat_interleave(torch.arange(2), torch.tensor([60, 30]))
+    weight = torch.rand(90, dtype=torch.float64)
+    targets, target_batch = torch.rand(20, 2, dtype=torch.float64), torch.tensor([0] * 12 + [1] * 8)
+    reference = layer(x, pos, batch, weight, pos_dst=targets, batch_dst=target_batch)
+    # 16 x 16 distances per block: 1 to 4 sources at a time, the running maximum rescaled often
+    out = layer.attend_streamed(lambda nodes: x[nodes], pos, batch, weight, targets, target_batch)
+    assert relative_error(out, reference) < 1e-12
+
+
+def test_a_sample_without_query_points_in_a_batch_of_chunks():
+    samples = [sample(200, 1, queries=9), sample(150, 2, queries=9)]
+    samples[1].query_pos = samples[1].query_pos[:0]
+    batch = next(iter(make_loader(samples, batch_size=2)))
+    for name in ("pit", "transolver", "ono-galerkin", "mlp"):
+        model = built(name)
+        with torch.no_grad():
+            reference = model(batch)
+        assert reference.shape[0] == 9
+        assert relative_error(model.forward_chunked(batch, 50), reference) < 1e-6
+
+
+def test_the_grid_path_runs_whole():
+    data = uniform_grid((12, 12))
+    data.x = torch.rand(144, 1, dtype=data.pos.dtype)
+    model = GalerkinTransformer(3, 1, 2, channels=16, layers=1, heads=2, path="grid").eval()
+    with torch.no_grad():
+        assert torch.equal(model.forward_chunked(data, 10), model(data))
+
+
+def test_normalized_models_predict_in_chunks():
+    train = [sample(200 + 10 * i, i, dtype=torch.float32) for i in range(3)]
+    model = NormalizedModel(built("pit", torch.float32), fit_normalizers(train, ("x", "y"))).eval()
+    data = sample(300, 9, queries=40, dtype=torch.float32)
+    with torch.no_grad():
+        reference = model(data)
+    assert relative_error(predict_in_chunks(model, data, 64), reference) < 1e-5
+
+
+def test_predict_in_chunks_evaluates_and_restores_the_mode():
+    model = built("transolver").train()
+    data = sample(100, 1)
+    out = predict_in_chunks(model, data, 30)
+    assert model.training
+    model.eval()
+    with torch.no_grad():
+        assert relative_error(out, model(data)) < 1e-6
+
+
+def test_predict_in_chunks_leaves_small_meshes_unchunked(monkeypatch):
+    model = built("transolver")
+    monkeypatch.setattr(
+        type(model), "forward_chunked", lambda *args: pytest.fail("chunked a small mesh")
+    )
+    data = sample(100, 1)
+    with torch.no_grad():
+        assert torch.equal(predict_in_chunks(model, data), model(data))
+
+
+def test_default_chunk_nodes_from_the_mesh_size_and_the_free_memory():
+    assert default_chunk_nodes(CHUNK_FROM, free_bytes=2**40) is None
+    assert default_chunk_nodes(CHUNK_FROM + 1, free_bytes=2**40) == DEFAULT_CHUNK
+    assert default_chunk_nodes(10**7, free_bytes=2**30) == 2**14  # a quarter of 1 GiB / 16 kB
+    assert default_chunk_nodes(10**7, free_bytes=0) == 1024
+    data = sample(50, 1, queries=7)
+    assert total_nodes(data) == 57
+
+
+def test_chunked_inference_errors_say_what_to_do():
+    data = sample(50, 1)
+    with pytest.raises(ConfigError, match="positive number of nodes"):
+        predict_in_chunks(built("pit"), data, chunk_nodes=0)
+    with pytest.raises(ConfigError, match="model.eval()"):
+        built("pit").train().forward_chunked(data, 10)
+    with pytest.raises(ConfigError, match="no chunked forward pass"):
+        predict_in_chunks(torch.nn.Identity(), data, chunk_nodes=10)
+    softmax = ONO(3, 2, 2, width=16, layers=1, k=4, heads=2, feature_attention="softmax").eval()
+    with pytest.raises(ConfigError, match="softmax attention .* unchunked"):
+        softmax.double().forward_chunked(data, 10)
+
+
+def test_chunk_helpers():
+    assert node_chunks(0, 5) == []
+    assert node_chunks(7, 3) == [slice(0, 3), slice(3, 6), slice(6, 7)]
+    with pytest.raises(ConfigError):
+        node_chunks(7, 0)
+    batch = torch.tensor([1, 1, 3, 3, 3])
+    assert sample_ranges(batch, 5) == [(1, slice(0, 2)), (3, slice(2, 5))]
+
+
+def test_chunked_neighbour_searches_leave_the_cache_alone():
+    layer = LocalPositionAttention(4, 4, 2, k=3)
+    pos = torch.rand(40, 2)
+    layer.neighbors(pos, pos[:5], use_cache=False)
+    assert len(layer.edge_cache) == 0
+    layer.neighbors(pos, pos[:5])
+    assert len(layer.edge_cache) == 1
