@@ -315,6 +315,14 @@ def _add_predict(sub) -> None:
         help="with --integrate: integrate over this named group of the mesh too (a gmsh "
         "physical group or cell set, e.g. a wall); repeatable",
     )
+    p.add_argument(
+        "--chunk-nodes",
+        type=int,
+        metavar="N",
+        help="evaluate the model on chunks of N nodes: the same predictions in memory bounded by "
+        "the chunk (default: chunks of 65536 nodes for meshes of more than 131072 nodes, fewer "
+        "when memory is short; 0: never chunk)",
+    )
 
 
 def cmd_predict(args) -> int:
@@ -322,6 +330,10 @@ def cmd_predict(args) -> int:
 
     if args.group and not args.integrate:
         raise ConfigError("--group NAME needs --integrate")
+    if args.chunk_nodes is not None and args.chunk_nodes < 0:
+        raise ConfigError(
+            f"--chunk-nodes must be a number of nodes >= 0 (0: never chunk), got {args.chunk_nodes}"
+        )
     if args.integrate and args.query is not None and args.query.lower().endswith((".csv", ".txt")):
         raise ConfigError(
             "--integrate needs a mesh: predict at the nodes of --mesh, or give --query as a mesh "
@@ -351,6 +363,7 @@ def cmd_predict(args) -> int:
         params=params,
         overwrite=args.overwrite,
         inputs=[n.strip() for n in args.inputs.split(",")] if args.inputs else None,
+        chunk_nodes=args.chunk_nodes,
     )
     print(f"wrote {path} ({pred.shape[0]} points, {pred.shape[1]} output channels)")
     if args.integrate:

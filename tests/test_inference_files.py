@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from meshop.cli import main
 from meshop.data import write_mesh
 from meshop.errors import FieldError, FileExistsMeshopError, MeshError, MeshReadError
 from meshop.train.data import LatentMesh
@@ -199,3 +200,19 @@ def test_predict_file_keeps_existing_outputs_unless_asked_and_writes_at_the_quer
     assert len(pred) == len(coarse.points) == 9
     assert [c.data.tolist() for c in written.cells] == [c.data.tolist() for c in coarse.cells]
     assert np.allclose(written.point_data["u"], pred[:, 0].numpy())
+
+
+def test_meshop_predict_in_chunks_writes_the_same_predictions(trained, capsys):  # noqa: F811
+    root, run = trained
+    data, a, _ = case(12, 3.0)
+    mesh = root / "chunked.vtu"
+    write_mesh(mesh, data, {"a": a}, overwrite=True)
+    written = {}
+    for chunk in ("0", "7"):
+        out = root / f"chunks_{chunk}.vtu"
+        argv = ["predict", "--checkpoint", str(run), "--mesh", str(mesh), "--out", str(out)]
+        assert main([*argv, "--chunk-nodes", chunk, "--overwrite"]) == 0
+        written[chunk] = meshio.read(out).point_data["u"]
+    assert np.allclose(written["0"], written["7"], rtol=1e-5, atol=1e-6)
+    assert main([*argv, "--chunk-nodes", "-1"]) == 2
+    assert "--chunk-nodes must be a number of nodes >= 0" in capsys.readouterr().err

@@ -110,10 +110,13 @@ def check_evaluation(model: nn.Module) -> None:
 @torch.no_grad()
 def predict_in_chunks(model: nn.Module, data: Data, chunk_nodes: int | None = None) -> Tensor:
     """``model(data)``, chunk by chunk: the model's ``forward_chunked`` with ``chunk_nodes``
-    nodes per chunk (:func:`default_chunk_nodes` when None, which leaves small meshes unchunked),
-    in evaluation mode (the model is left in the mode it was given in), without autograd."""
+    nodes per chunk (:func:`default_chunk_nodes` when None, which leaves small meshes unchunked;
+    0 never chunks), in evaluation mode (the model is left in the mode it was given in), without
+    autograd."""
     if chunk_nodes is None:
         chunk_nodes = default_chunk_nodes(total_nodes(data))
+    elif chunk_nodes == 0:
+        chunk_nodes = None
     was_training = model.training
     model.eval()
     try:

@@ -25,6 +25,7 @@ from meshop.data import (
     write_mesh,
 )
 from meshop.errors import FieldError, FileExistsMeshopError, MeshError, MeshReadError
+from meshop.nn.chunked import predict_in_chunks
 from meshop.train.checkpoint import load, load_model
 from meshop.train.config import from_dict
 from meshop.train.data import LatentMesh, check_compatible, field_layout_of
@@ -37,20 +38,20 @@ def latent_of(ckpt: dict[str, Any]) -> LatentMesh:
 
 
 @torch.no_grad()
-def predict(model: torch.nn.Module, ckpt: dict[str, Any], data: Data) -> torch.Tensor:
+def predict(
+    model: torch.nn.Module, ckpt: dict[str, Any], data: Data, chunk_nodes: int | None = None
+) -> torch.Tensor:
     """Predictions [N_query, C_out] of a checkpoint's model on one domain (physical units).
 
     The domain gets the latent mesh the model was trained with; its fields are checked against
     the training data's (dimension, input channels, parameters) first. The model predicts in
     evaluation mode (no dropout; running statistics read, not updated) and is left in the mode it
-    was given in.
+    was given in. Meshes of more than :data:`~meshop.nn.chunked.CHUNK_FROM` nodes (input plus
+    query) are evaluated in chunks (:func:`meshop.nn.chunked.predict_in_chunks`, the same
+    numbers in bounded memory); ``chunk_nodes`` sets the chunk (0: never chunk).
     """
     check_compatible(data, ckpt["data"], "the mesh")
-    was_training = model.training
-    try:
-        return model.eval()(latent_of(ckpt)(data))
-    finally:
-        model.train(was_training)
+    return predict_in_chunks(model, latent_of(ckpt)(data), chunk_nodes)
 
 
 def _read_csv_points(path: Path) -> np.ndarray:
@@ -235,6 +236,7 @@ def predict_file(
     params: Sequence[float] | None = None,
     overwrite: bool = False,
     inputs: Sequence[str] | None = None,
+    chunk_nodes: int | None = None,
 ) -> tuple[Path, torch.Tensor]:
     """Read ``mesh`` (any meshio format), predict at its nodes or at ``query`` points (CSV or mesh
     file), write ``out``: a mesh file with the predictions as point data, or CSV for ``.csv``.
@@ -245,7 +247,8 @@ def predict_file(
     it), in CSV as columns ``name_0, name_1, ...``.
 
     Query points may lie anywhere, also outside the mesh the model was trained on; the model then
-    extrapolates, and nothing guarantees the accuracy there.
+    extrapolates, and nothing guarantees the accuracy there. Large meshes are predicted in chunks
+    of ``chunk_nodes`` nodes (see :func:`predict`).
 
     Returns:
         ``(written path, predictions [N_query, C_out])``.
@@ -258,7 +261,7 @@ def predict_file(
         set_query_points(data, points)
         if Path(query).suffix.lower() not in (".csv", ".txt"):
             query_mesh = read_mesh(query)
-    pred = predict(model, ckpt, data)
+    pred = predict(model, ckpt, data, chunk_nodes)
     fields = split_fields(pred, checkpoint_fields(ckpt, "target"))
     out = Path(out)
     if out.suffix.lower() == ".csv":
