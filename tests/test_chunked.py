@@ -166,7 +166,7 @@ def test_streamed_position_attention_merges_its_blocks_exactly(periodic):
     weight = torch.rand(90, dtype=torch.float64)
     targets, target_batch = torch.rand(20, 2, dtype=torch.float64), torch.tensor([0] * 12 + [1] * 8)
     reference = layer(x, pos, batch, weight, pos_dst=targets, batch_dst=target_batch)
-    # 16 x 16 distances per block: 1 to 4 sources at a time, the running maximum rescaled often
+    # 4 x 16 distances per block: one source at a time, the running maximum rescaled often
     out = layer.attend_streamed(lambda nodes: x[nodes], pos, batch, weight, targets, target_batch)
     assert relative_error(out, reference) < 1e-12
 
@@ -210,7 +210,7 @@ def test_predict_in_chunks_evaluates_and_restores_the_mode():
         assert relative_error(out, model(data)) < 1e-6
 
 
-def test_predict_in_chunks_leaves_small_meshes_unchunked(monkeypatch):
+def test_predict_in_chunks_leaves_small_meshes_and_chunk_zero_unchunked(monkeypatch):
     model = built("transolver")
     monkeypatch.setattr(
         type(model), "forward_chunked", lambda *args: pytest.fail("chunked a small mesh")
@@ -218,6 +218,7 @@ def test_predict_in_chunks_leaves_small_meshes_unchunked(monkeypatch):
     data = sample(100, 1)
     with torch.no_grad():
         assert torch.equal(predict_in_chunks(model, data), model(data))
+        assert torch.equal(predict_in_chunks(model, data, chunk_nodes=0), model(data))
 
 
 def test_default_chunk_nodes_from_the_mesh_size_and_the_free_memory():
@@ -232,7 +233,7 @@ def test_default_chunk_nodes_from_the_mesh_size_and_the_free_memory():
 def test_chunked_inference_errors_say_what_to_do():
     data = sample(50, 1)
     with pytest.raises(ConfigError, match="positive number of nodes"):
-        predict_in_chunks(built("pit"), data, chunk_nodes=0)
+        predict_in_chunks(built("pit"), data, chunk_nodes=-1)
     with pytest.raises(ConfigError, match="model.eval()"):
         built("pit").train().forward_chunked(data, 10)
     with pytest.raises(ConfigError, match="no chunked forward pass"):

@@ -249,7 +249,7 @@ class PositionAttention(PositionKernel):
         with a running maximum :math:`m_i` per head, :math:`\sum_k w_k e^{s_{ik} - m_i} v_k`
         and :math:`\sum_k w_k e^{s_{ik} - m_i}`, both rescaled when :math:`m_i` grows: the
         same formula as :meth:`forward`, exact in any blocking. The distances are computed
-        directly (minimum-image when periodic), at most ``16 * chunk_elements`` per block.
+        directly (minimum-image when periodic), at most ``4 * chunk_elements`` per block.
         Chunked inference (:mod:`meshop.nn.chunked`) calls it with chunks of targets."""
         lam = self.lam
         log_w = log_weight(weight, pos)
@@ -259,7 +259,7 @@ class PositionAttention(PositionKernel):
             n_dst = dst.stop - dst.start
             if n_dst == 0 or src.stop == src.start:
                 continue
-            step = max(1, 16 * self.chunk_elements // (n_dst * self.heads))
+            step = max(1, 4 * self.chunk_elements // (n_dst * self.heads))
             num = den = top = None
             for start in range(src.start, src.stop, step):
                 block = slice(start, min(start + step, src.stop))
