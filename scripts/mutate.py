@@ -147,6 +147,7 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
             "tests/test_gmsh_groups.py",
             "tests/test_mesh_cells.py",
             "tests/test_vector_fields.py",
+            "tests/test_mesh_io_options.py",
         ],
     ),
     "normalizers": (
