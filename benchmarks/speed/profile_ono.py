@@ -3,7 +3,8 @@ authors' ``ONO2`` (``lib/reference.py``) at the settings of ``training_vs_refere
 4 layers, 4 heads, k = 16, mlp_ratio 1, linear feature attention), grouped by kind of operator,
 side by side: meshop as the authors' model (``ONO_AUTHORS``), meshop with the authors' whitening
 in its own blocks (per-head layer norms and coordinates in the linear attention, a two-layer last
-FFN), and the reference.
+FFN), the reference, and meshop's defaults (its blocks, per-sample orthonormalisation, the value
+projection).
 
     python -m benchmarks.speed.profile_ono                 # 16x16 grid, batch 20
     python -m benchmarks.speed.profile_ono --quick         # smoke test
@@ -35,6 +36,7 @@ IMPLEMENTATIONS = {
     "meshop, authors' model": (True, "meshop"),
     "meshop's blocks": ("whitening", "meshop"),
     "reference ONO2": (True, "reference"),
+    "meshop defaults": (False, "meshop"),
 }
 
 

@@ -2,22 +2,22 @@
 
 Each configuration builds meshop's model and the reference formulation of ``lib/reference.py`` (the
 Galerkin Transformer authors' encoder layer, the PiT authors' model, the ONO authors' ``ONO2``, the
-Transolver authors' irregular-mesh model), and for PiT also the dense form of ``lib/reference.py`` (meshop's weights on ``[B, N, C]`` tensors), on
-the same inputs. A training step is forward, loss, backward and an Adam step (the Transolver's
-``inference`` rows: a forward pass in evaluation mode without gradients). The implementations
-are timed interleaved (one step of each in turn, ``--repeats`` rounds after one warm-up step each)
-at every thread count; the table reports each one's median step time and the ratio reference /
-meshop, of wall-clock time and of the process's CPU time (on a loaded machine the CPU time, which
-leaves out the time the process waited for a core, is the steadier of the two). Interleaving spreads
-the load of a shared machine over all implementations alike; medians damp the rest. Every step
-trains on the same batch, as every epoch after the first does on its samples: meshop's neighbour
-lists are then kept from the warm-up step (the reference recomputes its quantile masks in every
-step, as the authors' code does). meshop's ONO runs with the options that make it the authors'
-``ONO2`` (batch whitening with a running moment, no value projection, the raw sum as inner product,
-linear attention without layer norms or coordinates, a linear last stage; ``ONO_AUTHORS``), once
-with the authors' whitening but meshop's blocks (per-head layer norms and coordinates in the linear
-attention, a two-layer last FFN: more work by design), and once with meshop's defaults (per-sample
-orthonormalisation, value projection).
+Transolver authors' irregular-mesh model), and for PiT also the dense form of ``lib/reference.py``
+(meshop's weights on ``[B, N, C]`` tensors), on the same inputs. A training step is forward, loss,
+backward and an Adam step (the Transolver's ``inference`` rows: a forward pass in evaluation mode
+without gradients). The implementations are timed interleaved (one step of each in turn,
+``--repeats`` rounds after one warm-up step each) at every thread count; the table reports each
+one's median step time and the ratio reference / meshop, of wall-clock time and of the process's CPU
+time (on a loaded machine the CPU time, which leaves out the time the process waited for a core, is
+the steadier of the two). Interleaving spreads the load of a shared machine over all implementations
+alike; medians damp the rest. Every step trains on the same batch, as every epoch after the first
+does on its samples: meshop's neighbour lists are then kept from the warm-up step (the reference
+recomputes its quantile masks in every step, as the authors' code does). meshop's ONO runs with the
+options that make it the authors' ``ONO2`` (batch whitening with a running moment, no value
+projection, the raw sum as inner product, linear attention without layer norms or coordinates, a
+linear last stage; ``ONO_AUTHORS``), once with the authors' whitening but meshop's blocks (per-head
+layer norms and coordinates in the linear attention, a two-layer last FFN: more work by design), and
+once with meshop's defaults (per-sample orthonormalisation, value projection).
 
     python -m benchmarks.speed.training_vs_reference                 # full table, 1 and 2 threads
     python -m benchmarks.speed.training_vs_reference --quick         # smoke test at tiny sizes

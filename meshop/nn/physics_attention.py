@@ -150,22 +150,25 @@ class PhysicsAttention(nn.Module):
 
     def _forward_equal(self, x: Tensor, weight: Tensor | None, b: int) -> Tensor:
         """Eqs. (1)-(4) for ``b`` samples of equal sizes as dense ``[B, H, n, *]`` batches: no
-        per-sample loop. ``W_x`` and ``W_f`` are one product, laid out head-major by one copy;
-        the weights ride as one more row of the weighted features, so that one batched product
-        (``[D + 1, n] @ [n, M]``, the odd width on the side that costs nothing) gives the tokens'
-        integrals and the slice measures together."""
+        per-sample loop. The quadrature weights ride as one more row of the weighted features,
+        so that one batched product (``[D + 1, n] @ [n, M]``, the odd width on the side that
+        costs nothing) gives the tokens' integrals and the slice measures together; the features
+        are projected after the slice weights (no higher peak of memory than the loop's)."""
         n, heads, d = len(x) // b, self.heads, self.head_channels
-        proj = F.linear(
-            x,
-            torch.cat([self.lin_x.weight, self.lin_fx.weight]),
-            torch.cat([self.lin_x.bias, self.lin_fx.bias]),
-        )  # [N, 2 H D]
-        xs, fx = proj.view(b, n, 2, heads, d).permute(2, 0, 3, 1, 4).contiguous()  # [B, H, n, D]
-        s = self._slice_softmax(xs)  # [B, H, n, M]
-        if weight is None:
-            weight = torch.ones(len(x), dtype=fx.dtype, device=fx.device)
-        w = weight.to(fx.dtype).view(b, 1, n, 1).expand(b, heads, n, 1)
-        integrals = torch.cat([fx * w, w], dim=-1).transpose(2, 3) @ s  # [B, H, D + 1, M]
+
+        def head_major(t: Tensor) -> Tensor:  # [N, H D] -> a [B, H, n, D] view
+            return t.view(b, n, heads, d).transpose(1, 2)
+
+        s = self._slice_softmax(x, b)  # [B, H, n, M]
+        fx = head_major(self.lin_fx(x))
+        w = _per_node_weight(weight, b, n, fx.dtype)
+        if w is None:  # equal positive weights in every sample: they cancel in eq. (2)
+            w = fx.new_ones(1, 1, 1, 1).expand(b, heads, n, 1)
+            rows = torch.cat([fx, w], dim=-1)
+        else:
+            w = w.view(b, 1, n, 1).expand(b, heads, n, 1)
+            rows = torch.cat([fx * w, w], dim=-1)
+        integrals = rows.transpose(2, 3) @ s  # [B, H, D + 1, M]
         mass = integrals[:, :, d:].transpose(2, 3)  # [B, H, M, 1]: the measure of each slice
         z = integrals[:, :, :d].transpose(2, 3) / mass.clamp_min(_tiny(mass))  # eq. (2)
         z = self._attend(z)  # eq. (3)
@@ -182,17 +185,20 @@ class PhysicsAttention(nn.Module):
 
     def _slice_weights(self, x: Tensor) -> Tensor:
         """Eq. (1) head-major, [H, N, M]."""
-        xs = self.lin_x(x).view(len(x), self.heads, self.head_channels).transpose(0, 1)
-        return self._slice_softmax(xs[None])[0]
+        return self._slice_softmax(x, 1)[0]
 
-    def _slice_softmax(self, xs: Tensor) -> Tensor:
-        """Eq. (1) from the slice inputs ``W_x x`` head-major, ``[B, H, n, D]`` ->
-        ``[B, H, n, M]``: one batched product writes the logits (the temperature folded into the
-        ``[H, D, M]`` slice projection and its bias), one softmax the weights."""
+    def _slice_softmax(self, x: Tensor, b: int) -> Tensor:
+        r"""Eq. (1) for ``b`` samples of equal sizes, ``[B, H, n, M]``: the temperature folded
+        into the rows of ``W_x`` (:math:`(W_x x + b_x) / \tau_h` by one product), the slice inputs
+        laid out head-major by one copy, the logits of every head by one product with the shared
+        :math:`W_s` and each head's bias :math:`b_s / \tau_h` added in place, one softmax."""
+        heads, d = self.heads, self.head_channels
         inv_t = 1.0 / self.temperature
-        logits = xs @ (self.lin_slice.weight.T * inv_t[:, None, None])  # [B, H, n, M]
-        # in place: the product's backward needs its inputs only (a broadcast bias in baddbmm
-        # would be copied into the output first, which costs more than this addition)
+        scale = inv_t.repeat_interleave(d)  # [H D]
+        xs = F.linear(x, self.lin_x.weight * scale[:, None], self.lin_x.bias * scale)
+        xs = xs.view(b, -1, heads, d).transpose(1, 2).contiguous()  # [B, H, n, D]
+        logits = (xs.view(-1, d) @ self.lin_slice.weight.T).view(b, heads, -1, self.slices)
+        # in place: the product's backward needs its inputs only
         return torch.softmax(logits.add_((self.lin_slice.bias * inv_t[:, None])[:, None]), -1)
 
     def _slice(self, x: Tensor, sizes: list[int], weight: Tensor | None):
@@ -275,6 +281,17 @@ def _sample_sizes(batch: Tensor | None, n: int) -> list[int]:
             "contiguous, as in a PyG DataLoader batch (sort the nodes by sample first)"
         )
     return torch.bincount(batch).tolist()
+
+
+def _per_node_weight(weight: Tensor | None, b: int, n: int, dtype) -> Tensor | None:
+    """The weights ``[B, n]`` of ``b`` samples of ``n`` nodes, or None when they are equal and
+    positive within every sample (a common factor of eq. (2)'s numerator and denominator)."""
+    if weight is None:
+        return None
+    w = weight.view(b, n).to(dtype)
+    if torch.equal(w, w[:, :1].expand_as(w)) and bool((w[:, 0] > 0).all()):
+        return None
+    return w
 
 
 def _all_equal(sizes: list[int]) -> bool:
