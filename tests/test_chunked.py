@@ -90,7 +90,8 @@ def built(name, dtype=torch.float64):
 # float64; ONO at initialisation whitens nearly collinear features (condition numbers ~1e8), so
 # the order of its sums shows at 1e-8: a wrong integral shows at 1e-2
 def relative_error(out, ref):
-    return float((out - ref).abs().max().detach() / ref.abs().max().detach())
+    scale = ref.abs().max().detach().clamp_min(1e-300)
+    return float((out - ref).abs().max().detach() / scale)
 
 
 @pytest.mark.parametrize("queries", [0, 17], ids=["mesh", "queries"])
@@ -108,6 +109,30 @@ def test_every_model_in_chunks_equals_its_forward_on_a_mixed_batch(name, queries
         out = model.forward_chunked(batch, chunk_nodes)
         assert out.shape == reference.shape
         assert relative_error(out, reference) < 1e-6, chunk_nodes
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_model_trains_in_chunks_with_the_gradients_of_its_forward(name):
+    """Checkpointed chunks recompute their intermediates in the backward pass: the gradients of
+    every parameter equal the unchunked step's (and the running moment of batch whitening is
+    updated alike)."""
+    batch = mixed_batch(queries=11)
+    target = torch.randn(len(batch.query_pos), 2, dtype=torch.float64)
+    grads, moments = [], []
+    for chunked in (False, True):
+        model = built(name).train()
+        out = model.forward_chunked(batch, 97) if chunked else model(batch)
+        ((out - target) ** 2).mean().backward()
+        grads.append({k: p.grad for k, p in model.named_parameters() if p.grad is not None})
+        moments.append([b.clone() for k, b in model.named_buffers() if "running" in k])
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    # measured against the largest gradient: a gradient that is zero in exact arithmetic (the
+    # bias of linear attention's keys, which the node softmax cancels) is rounding noise in both
+    scale = max(float(grad.abs().max()) for grad in grads[0].values())
+    for key, grad in grads[0].items():
+        assert float((grads[1][key] - grad).abs().max()) < 1e-7 * scale, key
+    for before, after in zip(*moments):
+        assert torch.allclose(before, after, rtol=1e-9)
 
 
 @pytest.mark.parametrize("name", ["pit", "transolver", "ono-galerkin", "galerkin-local-cross"])
@@ -140,10 +165,11 @@ def test_chunks_bound_the_rows_every_node_layer_sees():
         return hook
 
     transolver = built("transolver")
-    transolver.blocks[0].attn.lin_x.register_forward_hook(record("slices"))
+    transolver.blocks[0].norm_attn.register_forward_hook(record("slices"))
+    transolver.blocks[-1].mlp.register_forward_hook(record("mlp"))
     transolver.preprocess.register_forward_hook(record("preprocess"))
     transolver.forward_chunked(data, 256)
-    assert rows["slices"] <= 256 and rows["preprocess"] <= 256
+    assert rows["slices"] <= 256 and rows["mlp"] <= 256 and rows["preprocess"] <= 256
 
     pit = built("pit-knn-decoder-block")
     pit.lift.register_forward_hook(record("lift"))
@@ -234,8 +260,9 @@ def test_chunked_inference_errors_say_what_to_do():
     data = sample(50, 1)
     with pytest.raises(ConfigError, match="positive number of nodes"):
         predict_in_chunks(built("pit"), data, chunk_nodes=-1)
-    with pytest.raises(ConfigError, match="model.eval()"):
-        built("pit").train().forward_chunked(data, 10)
+    fourier = GalerkinTransformer(3, 2, 2, attention="fourier", dropout=0.1, path="mesh")
+    with pytest.raises(ConfigError, match="dropout acts on the n x n kernel"):
+        fourier.double().train().forward_chunked(data, 10)
     with pytest.raises(ConfigError, match="no chunked forward pass"):
         predict_in_chunks(torch.nn.Identity(), data, chunk_nodes=10)
     softmax = ONO(3, 2, 2, width=16, layers=1, k=4, heads=2, feature_attention="softmax").eval()
@@ -259,3 +286,70 @@ def test_chunked_neighbour_searches_leave_the_cache_alone():
     assert len(layer.edge_cache) == 0
     layer.neighbors(pos, pos[:5])
     assert len(layer.edge_cache) == 1
+
+
+def test_checkpointed_chunks_keep_a_fraction_of_the_activations_for_the_backward():
+    """Autograd keeps, outside the checkpointed chunks, little more than each layer's output:
+    the chunks' intermediates are recomputed in the backward pass instead."""
+    data = sample(3000, 5)
+    saved = {}
+
+    def count(name):
+        def pack(tensor):
+            saved[name] = saved.get(name, 0) + tensor.numel() * tensor.element_size()
+            return tensor
+
+        return pack
+
+    for chunked in (False, True):
+        model = built("transolver").train()
+        name = "chunks" if chunked else "whole"
+        with torch.autograd.graph.saved_tensors_hooks(count(name), lambda tensor: tensor):
+            out = model.forward_chunked(data, 256) if chunked else model(data)
+        out.square().mean().backward()
+    assert saved["chunks"] < saved["whole"] / 4
+
+
+def test_normalized_models_chunk_the_batches_their_setting_asks_for(monkeypatch):
+    import meshop.nn.chunked as chunked
+
+    model = NormalizedModel(built("transolver"))
+    small, large = sample(40, 1), sample(400, 2)
+    assert model.chunk_for(large) is None  # the default: only above CHUNK_FROM nodes
+    monkeypatch.setattr(chunked, "CHUNK_FROM", 100)
+    assert model.chunk_for(small) is None and model.chunk_for(large) == DEFAULT_CHUNK
+    model.chunk_nodes = 0
+    assert model.chunk_for(large) is None
+    model.chunk_nodes = 64
+    assert model.chunk_for(small) is None and model.chunk_for(large) == 64
+    assert NormalizedModel(torch.nn.Identity()).chunk_for(large) is None  # no chunked pass
+    model.eval()
+    calls = []
+    forward_chunked = model.model.forward_chunked
+    model.model.forward_chunked = lambda *args: calls.append(args[1]) or forward_chunked(*args)
+    with torch.no_grad():
+        chunked_out = model(large)
+        assert calls == [64]
+        model.chunk_nodes = 0
+        assert relative_error(chunked_out, model(large)) < 1e-9
+        assert calls == [64]
+
+
+def test_a_trainer_with_chunks_takes_the_steps_of_one_without():
+    from meshop.train import TrainConfig, Trainer
+
+    train = [sample(150 + 20 * i, i, dtype=torch.float32) for i in range(4)]
+    weights = []
+    for chunk_nodes in (0, 45):
+        torch.manual_seed(0)
+        model = Transolver(3, 2, 2, width=16, layers=2, heads=2, slices=8)
+        config = TrainConfig(
+            epochs=2, batch_size=2, lr=1e-2, progress=False, chunk_nodes=chunk_nodes
+        )
+        trainer = Trainer(model, train, train[:2], config)
+        assert trainer.model.chunk_nodes == chunk_nodes
+        trainer.fit()
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.allclose(weights[0], weights[1], rtol=1e-4, atol=1e-6)
+    with pytest.raises(ConfigError, match="chunk_nodes must be a number of nodes >= 0"):
+        TrainConfig(chunk_nodes=-5)

@@ -13,7 +13,6 @@ from meshop.data.batching import (
     grid_shape_of,
     latent_nodes,
     node_batch,
-    node_chunks,
     node_features,
     num_samples,
     query_nodes,
@@ -22,7 +21,7 @@ from meshop.data.grid import grid_tensor, interpolate_grid, node_tensor, sample_
 from meshop.data.latent import coarse_shape as divided_shape
 from meshop.errors import ConfigError
 from meshop.nn.blocks.galerkin_encoder_layer import NORMS, GalerkinEncoderLayer, check_attention
-from meshop.nn.chunked import check_evaluation, cross_attention
+from meshop.nn.chunked import cross_attention, map_over_chunks
 from meshop.nn.cinn import CiNNDown, CiNNUp
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import ACTIVATIONS, MLP
@@ -314,16 +313,14 @@ class GalerkinTransformer(nn.Module):
             return self._grid_forward(data, x)
         return self._mesh_forward(data, x)
 
-    @torch.no_grad()
     def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
         """:meth:`forward` with at most about ``chunk_nodes`` nodes' (or edges') intermediate
-        tensors at a time on the mesh path (:mod:`meshop.nn.chunked`): the cross attention down
-        runs for chunks of latent nodes and lifts only the input nodes it reads, encoder layers
-        on node sets larger than a chunk integrate their kernels over the chunks
-        (:meth:`~meshop.nn.GalerkinEncoderLayer.forward_chunked`), the cross attention up and the
-        head run for chunks of query points. The grid path (CiNN, spectral layers) needs whole
-        grids and runs unchunked. Evaluation mode, no autograd."""
-        check_evaluation(self)
+        tensors at a time on the mesh path (:mod:`meshop.nn.chunked`, inference and training):
+        the cross attention down runs for chunks of latent nodes and lifts only the input nodes
+        it reads, encoder layers on node sets larger than a chunk integrate their kernels over
+        the chunks (:meth:`~meshop.nn.GalerkinEncoderLayer.forward_chunked`), the cross attention
+        up and the head run for chunks of query points. The grid path (CiNN, spectral layers)
+        needs whole grids and runs unchunked."""
         x = self._features(data)
         if self.uses_grid_path(data):
             return self._grid_forward(data, x)
@@ -331,12 +328,15 @@ class GalerkinTransformer(nn.Module):
         latent_pos, latent_batch = latent_nodes(data)
         query_pos, query_batch = query_nodes(data)
         weight = getattr(data, "weight", None) if latent_pos is pos else None
-
-        def lifted(nodes):
-            return self.lift(x[nodes])
-
         h = cross_attention(
-            self.cross_down, lifted, pos, batch, None, latent_pos, latent_batch, chunk_nodes
+            self.cross_down,
+            lambda nodes: self.lift(x[nodes]),
+            pos,
+            batch,
+            None,
+            latent_pos,
+            latent_batch,
+            chunk_nodes,
         )
         samples = num_samples(data)
         for layer in self.encoder:
@@ -345,14 +345,10 @@ class GalerkinTransformer(nn.Module):
             else:
                 h = layer.forward_chunked(h, latent_pos, latent_batch, weight, samples, chunk_nodes)
 
-        def latent(nodes):
-            return h[nodes]
-
-        out = h.new_empty(len(query_pos), self.config["out_channels"])
-        for nodes in node_chunks(len(query_pos), chunk_nodes):
+        def decoded(nodes):
             up = cross_attention(
                 self.cross_up,
-                latent,
+                lambda sources: h[sources],
                 latent_pos,
                 latent_batch,
                 None,
@@ -360,8 +356,9 @@ class GalerkinTransformer(nn.Module):
                 query_batch[nodes],
                 chunk_nodes,
             )
-            out[nodes] = self.head(torch.cat([up, query_pos[nodes]], dim=-1))
-        return out
+            return self.head(torch.cat([up, query_pos[nodes]], dim=-1))
+
+        return map_over_chunks(decoded, len(query_pos), chunk_nodes)
 
     def _features(self, data: Data) -> Tensor:
         """The node features, checked against the model's dimension and input channels."""

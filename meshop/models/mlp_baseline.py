@@ -6,9 +6,8 @@ import torch
 from torch import nn
 
 from meshop.data import query_features
-from meshop.data.batching import node_chunks
 from meshop.nn import MLP
-from meshop.nn.chunked import check_evaluation
+from meshop.nn.chunked import map_over_chunks
 
 
 class MLPBaseline(nn.Module):
@@ -65,16 +64,11 @@ class MLPBaseline(nn.Module):
     def forward(self, data) -> torch.Tensor:
         return self.mlp(query_features(data))
 
-    @torch.no_grad()
     def forward_chunked(self, data, chunk_nodes: int) -> torch.Tensor:
         """:meth:`forward` for chunks of query points (:mod:`meshop.nn.chunked`): pointwise, so
-        only the MLP's hidden features are chunked. Evaluation mode, no autograd."""
-        check_evaluation(self)
+        only the MLP's hidden features are chunked."""
         features = query_features(data)
-        out = features.new_empty(len(features), self.out_channels)
-        for nodes in node_chunks(len(features), chunk_nodes):
-            out[nodes] = self.mlp(features[nodes])
-        return out
+        return map_over_chunks(lambda nodes: self.mlp(features[nodes]), len(features), chunk_nodes)
 
     def extra_repr(self) -> str:
         return f"{self.in_channels} -> {self.out_channels}, pos_dim={self.pos_dim}"

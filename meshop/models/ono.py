@@ -3,11 +3,10 @@ and a solution stream updated by orthogonal attention."""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from meshop._pyg import Data
-from meshop.data.batching import node_chunks, nodes_with_queries, num_samples
+from meshop.data.batching import nodes_with_queries, num_samples
 from meshop.errors import ConfigError
 from meshop.nn.blocks.ono_blocks import (
     FEATURE_ATTENTIONS,
@@ -15,7 +14,7 @@ from meshop.nn.blocks.ono_blocks import (
     SolutionBlock,
     trunc_normal_linears,
 )
-from meshop.nn.chunked import check_evaluation
+from meshop.nn.chunked import map_over_chunks
 from meshop.nn.mlp import MLP
 
 
@@ -197,21 +196,17 @@ class ONO(nn.Module):
             h = solution_block(h, g, batch, weight)
         return h if is_query is None else h[is_query]
 
-    @torch.no_grad()
     def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
         """:meth:`forward` with at most ``chunk_nodes`` nodes' intermediate tensors at a time
-        (:mod:`meshop.nn.chunked`): the two streams ``[N, width]`` are the only state of size N;
-        every stage integrates the feature attention's kernels, then the orthogonal attention's
-        moments and inner products, over the chunks before updating them. Evaluation mode, no
-        autograd; the feature attention must have per-sample kernels (softmax attention has
-        none)."""
-        check_evaluation(self)
+        (:mod:`meshop.nn.chunked`, inference and training): the two streams ``[N, width]`` are
+        the only state of size N; every stage integrates the feature attention's kernels, then
+        the orthogonal attention's moments and inner products, over the chunks before updating
+        them. The feature attention must have per-sample kernels (softmax attention has none)."""
         features, pos, batch, weight, is_query = self._nodes(data)
-        samples, width = num_samples(data), self.config["width"]
-        g = features.new_empty(len(features), width)
-        h = features.new_empty(len(features), width)
-        for nodes in node_chunks(len(g), chunk_nodes):
-            g[nodes], h[nodes] = self.encoder(features[nodes]).chunk(2, dim=-1)
+        samples, n = num_samples(data), len(features)
+        g, h = map_over_chunks(lambda nodes: self.encoder(features[nodes]), n, chunk_nodes).chunk(
+            2, dim=-1
+        )
         for feature_block, solution_block in zip(self.feature_blocks, self.solution_blocks):
             g = feature_block.forward_chunked(g, pos, batch, weight, samples, chunk_nodes)
             h = solution_block.forward_chunked(h, g, batch, weight, samples, chunk_nodes)

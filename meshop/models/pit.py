@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -12,14 +11,13 @@ from meshop._pyg import Data
 from meshop.data.batching import (
     latent_nodes,
     node_batch,
-    node_chunks,
     node_features,
     node_set_weights,
     query_nodes,
 )
 from meshop.errors import ConfigError
 from meshop.nn.blocks.pit_block import PiTBlock
-from meshop.nn.chunked import check_evaluation, cross_attention
+from meshop.nn.chunked import cross_attention, map_over_chunks
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
 
@@ -188,15 +186,13 @@ class PiT(nn.Module):
             u = block(u, query_pos, query_batch, query_weight)
         return self.head(u)
 
-    @torch.no_grad()
     def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
         """:meth:`forward` with at most about ``chunk_nodes`` nodes' (or edges') intermediate
         tensors at a time (:mod:`meshop.nn.chunked`). The encoder attends for chunks of latent
         nodes and lifts only the input nodes their receptive fields hold; the decoder and head
         run for chunks of query points; processor blocks on node sets larger than a chunk attend
         for chunks of targets with the sources streamed. The only state of size N is the input
-        and the output. Evaluation mode, no autograd."""
-        check_evaluation(self)
+        and the output; in training every chunk is checkpointed (:mod:`meshop.nn.chunked`)."""
         features = self._features(data)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
@@ -213,18 +209,10 @@ class PiT(nn.Module):
         )
         u = _blocks(self.processor, F.gelu(u), latent_pos, latent_batch, latent_weight, chunk_nodes)
 
-        def latent(nodes):
-            return u[nodes]
-
-        out = u.new_empty(len(query_pos), self.config["out_channels"])
-        if len(self.decoder_processor):
-            queries = [slice(0, len(query_pos))]
-        else:
-            queries = node_chunks(len(query_pos), chunk_nodes)
-        for nodes in queries:
+        def decoded(nodes):
             h = cross_attention(
                 self.decoder,
-                latent,
+                lambda sources: u[sources],
                 latent_pos,
                 latent_batch,
                 latent_weight,
@@ -232,12 +220,14 @@ class PiT(nn.Module):
                 query_batch[nodes],
                 chunk_nodes,
             )
-            h = _blocks(
-                self.decoder_processor, F.gelu(h), query_pos, query_batch, query_weight, chunk_nodes
-            )
-            for part in node_chunks(len(h), chunk_nodes):
-                out[nodes][part] = self.head(h[part])
-        return out
+            return F.gelu(h)
+
+        n = len(query_pos)
+        if not len(self.decoder_processor):  # each chunk of queries decoded to the outputs
+            return map_over_chunks(lambda nodes: self.head(decoded(nodes)), n, chunk_nodes)
+        h = decoded(slice(0, n))
+        h = _blocks(self.decoder_processor, h, query_pos, query_batch, query_weight, chunk_nodes)
+        return map_over_chunks(lambda nodes: self.head(h[nodes]), n, chunk_nodes)
 
     def _features(self, data: Data) -> Tensor:
         """The node features, checked against the model's dimension and input channels."""

@@ -3,14 +3,13 @@ states (slices of the mesh) instead of among the nodes."""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from meshop._pyg import Data
-from meshop.data.batching import node_chunks, nodes_with_queries, num_samples
+from meshop.data.batching import nodes_with_queries, num_samples
 from meshop.errors import ConfigError
 from meshop.nn.blocks.transolver_block import TransolverBlock
-from meshop.nn.chunked import check_evaluation
+from meshop.nn.chunked import map_over_chunks
 from meshop.nn.mlp import MLP
 from meshop.nn.physics_attention import PhysicsAttention
 
@@ -129,23 +128,17 @@ class Transolver(nn.Module):
         out = self.head(x)
         return out if is_query is None else out[is_query]
 
-    @torch.no_grad()
     def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
         """:meth:`forward` with at most ``chunk_nodes`` nodes' intermediate tensors at a time
-        (:mod:`meshop.nn.chunked`): the lifted features ``[N, width]`` are the only state of size
-        N, every block integrates its slice tokens over the chunks before updating them
-        (:meth:`~meshop.nn.TransolverBlock.forward_chunked`). Evaluation mode, no autograd."""
-        check_evaluation(self)
+        (:mod:`meshop.nn.chunked`, inference and training): the features ``[N, width]`` are the
+        only state of size N, every block integrates its slice tokens over the chunks before
+        updating them (:meth:`~meshop.nn.TransolverBlock.forward_chunked`)."""
         features, batch, weight, is_query = self._nodes(data)
-        samples = num_samples(data)
-        x = features.new_empty(len(features), self.config["width"])
-        for nodes in node_chunks(len(x), chunk_nodes):
-            x[nodes] = self.preprocess(features[nodes])
+        samples, n = num_samples(data), len(features)
+        x = map_over_chunks(lambda nodes: self.preprocess(features[nodes]), n, chunk_nodes)
         for block in self.blocks:
             x = block.forward_chunked(x, batch, weight, samples, chunk_nodes)
-        out = x.new_empty(len(x), self.out_channels)
-        for nodes in node_chunks(len(x), chunk_nodes):
-            out[nodes] = self.head(x[nodes])
+        out = map_over_chunks(lambda nodes: self.head(x[nodes]), n, chunk_nodes)
         return out if is_query is None else out[is_query]
 
     def _nodes(self, data: Data):

@@ -1,5 +1,5 @@
-r"""Chunked inference: a model's forward pass that never holds more than a chunk of nodes'
-intermediate tensors.
+r"""Chunked evaluation: a model's forward pass that never holds more than a chunk of nodes'
+intermediate tensors, for inference and for training.
 
 Every attention of meshop integrates over the mesh, and integrals are sums that can be
 accumulated chunk by chunk exactly: the Galerkin-family kernels
@@ -17,7 +17,14 @@ The chunked pass equals the unchunked one up to the order of floating-point sums
 them for every model on mixed batches whose chunks cut samples). What remains of size N is what
 the model's own state needs between layers: the input and output for PiT and the Galerkin
 Transformer on a latent mesh, one ``[N, width]`` feature tensor per stream for the Transolver and
-ONO. It is an inference path: ``forward_chunked`` runs without autograd, in evaluation mode.
+ONO.
+
+Without autograd (inference) the chunks overwrite that state in place. With autograd (training
+on samples of millions of nodes) every chunk's computation is checkpointed
+(:func:`torch.utils.checkpoint.checkpoint`): its intermediate tensors are freed after the
+forward pass and recomputed, one chunk at a time, in the backward pass, so the gradients are
+exact and the memory is the layers' ``[N, width]`` outputs plus one chunk's intermediates
+(:func:`sum_over_chunks`, :func:`map_over_chunks`).
 """
 
 from __future__ import annotations
@@ -27,9 +34,11 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from meshop._pyg import Data
 from meshop.data.batching import node_chunks
+from meshop.data.neighbors import squared_distance
 from meshop.errors import ConfigError
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.position_attention import PositionAttention
@@ -98,15 +107,6 @@ def chunked_forward(model: nn.Module) -> Callable[[Data, int], Tensor]:
     return method
 
 
-def check_evaluation(model: nn.Module) -> None:
-    """Chunked passes are inference: dropout and batch statistics would differ from training."""
-    if model.training:
-        raise ConfigError(
-            f"{type(model).__name__}.forward_chunked evaluates the model; call model.eval() first "
-            f"(or use meshop.nn.chunked.predict_in_chunks, which does)"
-        )
-
-
 @torch.no_grad()
 def predict_in_chunks(model: nn.Module, data: Data, chunk_nodes: int | None = None) -> Tensor:
     """``model(data)``, chunk by chunk: the model's ``forward_chunked`` with ``chunk_nodes``
@@ -125,6 +125,56 @@ def predict_in_chunks(model: nn.Module, data: Data, chunk_nodes: int | None = No
         return chunked_forward(model)(data, check_chunk_nodes(chunk_nodes))
     finally:
         model.train(was_training)
+
+
+def add_integrals(a, b):
+    """Two chunks' shares of additive integrals (tensors, or tuples or dicts of them)."""
+    if isinstance(a, dict):
+        return {key: a[key] + b[key] for key in a}
+    if isinstance(a, tuple):
+        return tuple(x + y for x, y in zip(a, b))
+    return a + b
+
+
+def run_chunk(fn: Callable[[slice], object], nodes: slice):
+    """``fn(nodes)``, checkpointed when autograd records it (its intermediates are recomputed in
+    the backward pass instead of kept)."""
+    if torch.is_grad_enabled():
+        return checkpoint(fn, nodes, use_reentrant=False)
+    return fn(nodes)
+
+
+def sum_over_chunks(
+    fn: Callable[[slice], object],
+    n: int,
+    chunk_nodes: int,
+    merge: Callable[[object, object], object] = add_integrals,
+):
+    """The integrals of ``n`` nodes from each chunk's share ``fn(nodes)``, merged by ``merge``
+    (a sum; the layer's own merge where a running maximum is involved)."""
+    total = None
+    for nodes in node_chunks(n, chunk_nodes) or [slice(0, 0)]:
+        part = run_chunk(fn, nodes)
+        total = part if total is None else merge(total, part)
+    return total
+
+
+def map_over_chunks(
+    fn: Callable[[slice], Tensor], n: int, chunk_nodes: int, out: Tensor | None = None
+) -> Tensor:
+    """``fn(nodes)`` ``[n_chunk, C]`` of every chunk as one ``[n, C]`` tensor. Without autograd
+    the chunks are written into ``out`` (new when None; it may be the chunks' own input, which
+    each chunk reads only at its own rows); with autograd each chunk is checkpointed and the
+    results concatenated."""
+    chunks = node_chunks(n, chunk_nodes) or [slice(0, 0)]
+    if torch.is_grad_enabled():
+        return torch.cat([run_chunk(fn, nodes) for nodes in chunks])
+    for nodes in chunks:
+        value = fn(nodes)
+        if out is None or out.shape[1:] != value.shape[1:]:
+            out = value.new_empty(n, *value.shape[1:])
+        out[nodes] = value
+    return out
 
 
 def cross_attention(
@@ -154,11 +204,11 @@ def cross_attention(
         )
     if not isinstance(layer, PositionAttention):
         raise ConfigError(f"no chunked cross attention for {type(layer).__name__}")
-    parts = [
-        layer.attend_streamed(source, pos, batch, weight, pos_dst[nodes], batch_dst[nodes])
-        for nodes in node_chunks(len(pos_dst), chunk_nodes)
-    ]
-    return torch.cat(parts) if parts else pos_dst.new_zeros(0, layer.out_channels)
+
+    def attend(nodes):
+        return layer.attend_streamed(source, pos, batch, weight, pos_dst[nodes], batch_dst[nodes])
+
+    return map_over_chunks(attend, len(pos_dst), chunk_nodes)
 
 
 def _local_cross_attention(layer, source, pos, batch, weight, pos_dst, batch_dst, chunk_nodes):
@@ -168,21 +218,33 @@ def _local_cross_attention(layer, source, pos, batch, weight, pos_dst, batch_dst
     targets = max(1, 4 * chunk_nodes // max(int(field), 1))
     parts = []
     for nodes in node_chunks(len(pos_dst), targets):
-        index, dist = layer.neighbors(pos, pos_dst[nodes], batch, batch_dst[nodes], use_cache=False)
-        sources, local = torch.unique(index[1], return_inverse=True)
-        w = None if weight is None else weight[sources]
-        edges = torch.stack([index[0], local])  # still sorted by target, then source
-        parts.append(layer.attend_edges(source(sources), w, edges, dist, nodes.stop - nodes.start))
+        with torch.no_grad():  # the fields: found once, outside the recomputed part
+            index, dist = layer.neighbors(
+                pos, pos_dst[nodes], batch, batch_dst[nodes], use_cache=False
+            )
+            sources, local = torch.unique(index[1], return_inverse=True)
+            edges = torch.stack([index[0], local])  # still sorted by target, then source
+        if torch.is_grad_enabled() and (pos.requires_grad or pos_dst.requires_grad):
+            dist = squared_distance(pos, pos_dst[nodes], index)
+
+        def attend(_, sources=sources, edges=edges, dist=dist, count=nodes.stop - nodes.start):
+            w = None if weight is None else weight[sources]
+            return layer.attend_edges(source(sources), w, edges, dist, count)
+
+        parts.append(run_chunk(attend, nodes))
     return torch.cat(parts) if parts else pos_dst.new_zeros(0, layer.out_channels)
 
 
 __all__ = [
     "CHUNK_FROM",
     "DEFAULT_CHUNK",
+    "add_integrals",
     "available_memory",
-    "check_evaluation",
     "cross_attention",
     "default_chunk_nodes",
+    "map_over_chunks",
     "predict_in_chunks",
+    "run_chunk",
+    "sum_over_chunks",
     "total_nodes",
 ]

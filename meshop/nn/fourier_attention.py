@@ -2,9 +2,11 @@ r"""Softmax-free Fourier-type self-attention (Galerkin Transformer eq. (5))."""
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from meshop.errors import ConfigError
 from meshop.nn.head_attention import HeadAttention
 from meshop.nn.quadrature import equal_weight, weighted_moment
 
@@ -53,6 +55,18 @@ class FourierAttention(HeadAttention):
             return super()._forward_equal(x, pos, weight, b)
         q, k, v = self._equal_projections(x, pos, b)
         return self._merge_folded(q, weighted_moment(k, v, equal_weight(weight, b, q.shape[1], x)))
+
+    def kernel(self, sums):
+        """The per-sample kernels of chunked evaluation (:meth:`HeadAttention.kernel
+        <meshop.nn.HeadAttention.kernel>`), without dropout: Fourier attention's dropout acts on
+        the entries of the ``n x n`` kernel, which chunks never build."""
+        if self.training and self.dropout > 0:
+            raise ConfigError(
+                "Fourier attention's dropout acts on the n x n kernel, which chunked training "
+                "never builds; train in chunks with dropout=0, or without chunks"
+            )
+        mass = sums["mass"].clamp_min(torch.finfo(sums["mass"].dtype).tiny)
+        return sums["kv"] / mass[:, None, None, None]
 
 
 __all__ = ["FourierAttention"]

@@ -246,38 +246,34 @@ class HeadAttention(nn.Module):
     # kernel of each head and sample, accumulated over node chunks, then applied chunk by chunk.
 
     def integrate(
-        self,
-        x: Tensor,
-        pos: Tensor,
-        batch: Tensor,
-        weight: Tensor | None,
-        num_samples: int,
-        sums: dict[str, Tensor] | None = None,
+        self, x: Tensor, pos: Tensor, batch: Tensor, weight: Tensor | None, num_samples: int
     ) -> dict[str, Tensor]:
-        r"""Adds one chunk of nodes (``x`` [n, d], ``pos`` [n, m], sorted ``batch`` [n] of global
-        sample indices, ``weight`` [n] or None for equal weights) to the running per-sample
-        integrals ``sums`` and returns them: :math:`\sum_j w_j \hat K_j^\top \hat V_j`
-        (``"kv"`` [B, heads, e, e]) and :math:`\sum_j w_j` (``"mass"`` [B]). Evaluation only."""
+        r"""One chunk of nodes' share of the per-sample integrals (``x`` [n, d], ``pos`` [n, m],
+        sorted ``batch`` [n] of global sample indices, ``weight`` [n] or None for equal weights):
+        :math:`\sum_j w_j \hat K_j^\top \hat V_j` (``"kv"`` [B, heads, e, e]) and
+        :math:`\sum_j w_j` (``"mass"`` [B]). The chunks' shares add up
+        (:meth:`merge_integrals`)."""
         k = self._node_projection("k", self.lin_k, x, pos)  # [heads, n, e]
         v = self._node_projection("v", self.lin_v, x, pos)
         w = _chunk_weight(weight, x)
-        if sums is None:
-            e = k.shape[-1]
-            sums = {
-                "kv": x.new_zeros(num_samples, self.heads, e, e),
-                "mass": x.new_zeros(num_samples),
-            }
+        e = k.shape[-1]
+        sums = {"kv": x.new_zeros(num_samples, self.heads, e, e), "mass": x.new_zeros(num_samples)}
         for sample, nodes in sample_ranges(batch, num_samples):
             w_b = w[nodes]
-            sums["kv"][sample] += (k[:, nodes] * w_b[:, None]).transpose(1, 2) @ v[:, nodes]
-            sums["mass"][sample] += w_b.sum()
+            sums["kv"][sample] = (k[:, nodes] * w_b[:, None]).transpose(1, 2) @ v[:, nodes]
+            sums["mass"][sample] = w_b.sum()
         return sums
+
+    def merge_integrals(self, a: dict[str, Tensor], b: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The integrals of two sets of chunks together: their sum."""
+        return {key: a[key] + b[key] for key in a}
 
     def kernel(self, sums: dict[str, Tensor]) -> Tensor:
         """The per-sample kernels ``[B, heads, e, e]`` of :meth:`integrate`'s sums: the weights
-        normalised to a mean over each sample's domain, as in :meth:`forward`."""
+        normalised to a mean over each sample's domain, as in :meth:`forward`; attention dropout
+        on the kernel in training, as in Galerkin attention."""
         mass = sums["mass"].clamp_min(torch.finfo(sums["mass"].dtype).tiny)
-        return sums["kv"] / mass[:, None, None, None]
+        return F.dropout(sums["kv"] / mass[:, None, None, None], self.dropout, self.training)
 
     def apply_kernel(self, x: Tensor, pos: Tensor, batch: Tensor, kernel: Tensor) -> Tensor:
         r"""The layer's output ``[n, d]`` at a chunk of nodes from the :meth:`kernel` of every

@@ -54,39 +54,47 @@ class LinearAttention(HeadAttention):
         kv = F.dropout(k.softmax(dim=-2).transpose(-2, -1) @ v, self.dropout, self.training)
         return self._merge_folded(q.softmax(dim=-1), kv)
 
-    def integrate(self, x, pos, batch, weight, num_samples, sums=None):
-        r"""Adds one chunk of nodes to the running per-sample integrals of the node softmax
-        (see :meth:`HeadAttention.integrate <meshop.nn.HeadAttention.integrate>`): with a running
-        maximum :math:`m` of :math:`\hat K + \log w` per sample, head and feature,
+    def integrate(self, x, pos, batch, weight, num_samples):
+        r"""One chunk of nodes' share of the node softmax (see :meth:`HeadAttention.integrate
+        <meshop.nn.HeadAttention.integrate>`): with the chunk's maximum :math:`m` of
+        :math:`\hat K + \log w` per sample, head and feature (``"max"``),
         :math:`\sum_j w_j e^{\hat K_j - m\,\top} V_j` (``"kv"``) and :math:`\sum_j w_j
-        e^{\hat K_j - m}` (``"mass"`` [B, heads, e]); both are rescaled when the maximum grows,
-        so the result is exact in any chunking."""
+        e^{\hat K_j - m}` (``"mass"`` [B, heads, e])."""
         k = self._node_projection("k", self.lin_k, x, pos)  # [heads, n, e]
         v = self._node_projection("v", self.lin_v, x, pos)
         w = x.new_ones(len(x)) if weight is None else weight.to(x.dtype)
         logits = k + w.clamp_min(torch.finfo(k.dtype).tiny).log()[None, :, None]
-        if sums is None:
-            e = k.shape[-1]
-            sums = {
-                "kv": x.new_zeros(num_samples, self.heads, e, e),
-                "mass": x.new_zeros(num_samples, self.heads, e),
-                "max": x.new_full((num_samples, self.heads, e), -torch.inf),
-            }
+        e = k.shape[-1]
+        sums = {
+            "kv": x.new_zeros(num_samples, self.heads, e, e),
+            "mass": x.new_zeros(num_samples, self.heads, e),
+            "max": x.new_full((num_samples, self.heads, e), -torch.inf),
+        }
         for sample, nodes in sample_ranges(batch, num_samples):
-            top = torch.maximum(sums["max"][sample], logits[:, nodes].amax(1))  # [heads, e]
-            rescale = torch.exp(sums["max"][sample] - top)
+            top = logits[:, nodes].amax(1).detach()  # [heads, e]: any shift gives the same sums
             p = torch.exp(logits[:, nodes] - top[:, None, :])  # [heads, n_b, e]
-            sums["kv"][sample] = (
-                sums["kv"][sample] * rescale[..., None] + p.transpose(1, 2) @ v[:, nodes]
-            )
-            sums["mass"][sample] = sums["mass"][sample] * rescale + p.sum(1)
+            sums["kv"][sample] = p.transpose(1, 2) @ v[:, nodes]
+            sums["mass"][sample] = p.sum(1)
             sums["max"][sample] = top
         return sums
 
+    def merge_integrals(self, a, b):
+        """Two sets of chunks' softmax sums, each rescaled to the larger of their maxima, so that
+        the merge is exact in any chunking."""
+        top = torch.maximum(a["max"], b["max"])
+        scale_a = torch.exp(a["max"] - top).nan_to_num(0.0)  # a sample absent from a: 0
+        scale_b = torch.exp(b["max"] - top).nan_to_num(0.0)
+        return {
+            "kv": a["kv"] * scale_a[..., None] + b["kv"] * scale_b[..., None],
+            "mass": a["mass"] * scale_a + b["mass"] * scale_b,
+            "max": top,
+        }
+
     def kernel(self, sums):
         """The per-sample kernels ``[B, heads, e, e]``: the node softmax of the keys applied to
-        the values."""
-        return sums["kv"] / sums["mass"].clamp_min(torch.finfo(sums["mass"].dtype).tiny)[..., None]
+        the values; attention dropout on the kernel in training."""
+        kv = sums["kv"] / sums["mass"].clamp_min(torch.finfo(sums["mass"].dtype).tiny)[..., None]
+        return F.dropout(kv, self.dropout, self.training)
 
     def _query(self, q):
         return q.softmax(dim=-1)

@@ -314,47 +314,42 @@ class OrthogonalAttention(nn.Module):
     # chunks, then psi diag(mu) <psi, h> chunk by chunk. Evaluation only.
 
     def moments(
-        self,
-        g: Tensor,
-        batch: Tensor,
-        weight: Tensor | None,
-        num_samples: int,
-        sums: dict[str, Tensor] | None = None,
+        self, g: Tensor, batch: Tensor, weight: Tensor | None, num_samples: int
     ) -> dict[str, Tensor]:
-        r"""Adds one chunk of nodes (features ``g`` [n, d'], sorted ``batch`` [n] of global sample
-        indices, ``weight`` [n] or None) to the running per-sample sums (float64)
+        r"""One chunk of nodes' share (features ``g`` [n, d'], sorted ``batch`` [n] of global
+        sample indices, ``weight`` [n] or None) of the per-sample sums (float64)
         :math:`\sum_i w_i q_i q_i^\top` (``"qq"``), :math:`\sum_i w_i` (``"mass"``), the number
-        of positive weights (``"count"``) and whether the sample has nodes (``"present"``)."""
+        of positive weights (``"count"``) and of nodes (``"nodes"``); the shares add up."""
         q = self.lin_q(g).to(torch.float64)
         w = _chunk_weight64(weight, g)
-        if sums is None:
-            sums = {
-                "qq": q.new_zeros(num_samples, self.k, self.k),
-                "mass": q.new_zeros(num_samples),
-                "count": q.new_zeros(num_samples),
-                "present": torch.zeros(num_samples, dtype=torch.bool, device=g.device),
-            }
+        sums = {
+            "qq": q.new_zeros(num_samples, self.k, self.k),
+            "mass": q.new_zeros(num_samples),
+            "count": q.new_zeros(num_samples),
+            "nodes": q.new_zeros(num_samples),
+        }
         for sample, nodes in sample_ranges(batch, num_samples):
-            sums["qq"][sample] += (q[nodes] * w[nodes, None]).T @ q[nodes]
-            sums["mass"][sample] += w[nodes].sum()
-            sums["count"][sample] += (w[nodes] > 0).sum()
-            sums["present"][sample] = True
+            sums["qq"][sample] = (q[nodes] * w[nodes, None]).T @ q[nodes]
+            sums["mass"][sample] = w[nodes].sum()
+            sums["count"][sample] = (w[nodes] > 0).sum()
+            sums["nodes"][sample] = nodes.stop - nodes.start
         return sums
 
     def factors(self, sums: dict[str, Tensor]) -> Tensor:
         """The Cholesky factors ``[B, k, k]`` (float64) of :meth:`moments`' per-sample moments
-        (``"sample"``), or of the running moment for every sample (``"batch"``, evaluation)."""
-        if self.orthonormalize == "batch":
-            if self.training:
-                raise ConfigError(
-                    "orthonormalize='batch' whitens a training batch with the moment of the whole "
-                    "batch; evaluate it in chunks in evaluation mode only (model.eval())"
-                )
-            chol = _cholesky_with_jitter(self.running_moment.to(torch.float64))
-            return chol.expand(len(sums["qq"]), -1, -1)
+        (``"sample"``), or one factor for every sample (``"batch"``: the batch moment, which
+        training also folds into the running moment as :meth:`forward` does, or the running
+        moment in evaluation)."""
         mass = sums["mass"].clamp_min(torch.finfo(torch.float64).tiny)
         moments = sums["qq"] / mass[:, None, None]
-        present = sums["present"]
+        present = sums["nodes"] > 0
+        if self.orthonormalize == "batch":
+            if self.training:
+                moment = self._batch_moment(moments, present)
+                self._update_running_moment(moment.detach())
+            else:
+                moment = self.running_moment.to(torch.float64)
+            return _cholesky_with_jitter(moment).expand(len(moments), -1, -1)
         _check_enough_nodes(sums["count"], self.k, present)
         eye = torch.eye(self.k, dtype=moments.dtype, device=moments.device)
         return _cholesky_with_jitter(torch.where(present[:, None, None], moments, eye))
@@ -367,19 +362,17 @@ class OrthogonalAttention(nn.Module):
         weight: Tensor | None,
         factors: Tensor,
         sums: dict[str, Tensor],
-        inner: Tensor | None = None,
     ) -> Tensor:
-        r"""Adds one chunk of nodes to the running inner products :math:`\langle \psi, h
-        \rangle_b = \sum_{i \in b} \bar w_i \psi_i h_i^\top` ``[B, k, d]`` (``inner``) and
-        returns them; ``factors`` and ``sums`` from :meth:`factors` and :meth:`moments`."""
+        r"""One chunk of nodes' share of the inner products :math:`\langle \psi, h \rangle_b =
+        \sum_{i \in b} \bar w_i \psi_i h_i^\top` ``[B, k, d]``; ``factors`` and ``sums`` from
+        :meth:`factors` and :meth:`moments`; the shares add up."""
         dtype = torch.promote_types(h.dtype, torch.float32)
         w = _chunk_weight64(weight, g)
-        if inner is None:
-            inner = h.new_zeros(len(factors), self.k, h.shape[1], dtype=dtype)
+        inner = h.new_zeros(len(factors), self.k, h.shape[1], dtype=dtype)
         for sample, nodes in sample_ranges(batch, len(factors)):
             psi = self._chunk_eigenfunctions(g[nodes], factors[sample], dtype)
             w_bar = (w[nodes] / sums["mass"][sample]).to(dtype)
-            inner[sample] += (psi * w_bar[:, None]).T @ h[nodes].to(dtype)
+            inner[sample] = (psi * w_bar[:, None]).T @ h[nodes].to(dtype)
         return inner
 
     def coefficients(self, inner: Tensor, sums: dict[str, Tensor]) -> Tensor:

@@ -223,31 +223,22 @@ class PhysicsAttention(nn.Module):
     # eq. (3) once per sample, eqs. (1) and (4) again chunk by chunk.
 
     def integrate(
-        self,
-        x: Tensor,
-        batch: Tensor,
-        weight: Tensor | None,
-        num_samples: int,
-        sums: tuple[Tensor, Tensor] | None = None,
+        self, x: Tensor, batch: Tensor, weight: Tensor | None, num_samples: int
     ) -> tuple[Tensor, Tensor]:
-        r"""Adds one chunk of nodes (``x`` [n, C], sorted ``batch`` [n] of global sample indices,
-        ``weight`` [n] or None for equal weights) to the running integrals of eq. (2) and returns
-        them: :math:`\sum_i w_i s_{ij} (W_f x_i)_h` ``[B, H, M, D]`` and the slice measures
-        :math:`\sum_i w_i s_{ij}` ``[B, H, M]``."""
+        r"""One chunk of nodes' share (``x`` [n, C], sorted ``batch`` [n] of global sample
+        indices, ``weight`` [n] or None for equal weights) of the integrals of eq. (2):
+        :math:`\sum_i w_i s_{ij} (W_f x_i)_h` ``[B, H, M, D]`` and the slice measures
+        :math:`\sum_i w_i s_{ij}` ``[B, H, M]``; the chunks' shares add up."""
         s = self._slice_weights(x)  # [H, n, M]
         fx = self.lin_fx(x).view(len(x), self.heads, self.head_channels).transpose(0, 1)
         w = x.new_ones(len(x)) if weight is None else weight.to(fx.dtype)
-        if sums is None:
-            sums = (
-                x.new_zeros(num_samples, self.heads, self.slices, self.head_channels),
-                x.new_zeros(num_samples, self.heads, self.slices),
-            )
-        features, mass = sums
+        features = x.new_zeros(num_samples, self.heads, self.slices, self.head_channels)
+        mass = x.new_zeros(num_samples, self.heads, self.slices)
         for sample, nodes in sample_ranges(batch, num_samples):
             s_t = s[:, nodes].transpose(1, 2)  # [H, M, n_b]
-            features[sample] += s_t @ (fx[:, nodes] * w[None, nodes, None])
-            mass[sample] += s_t @ w[nodes]
-        return sums
+            features[sample] = s_t @ (fx[:, nodes] * w[None, nodes, None])
+            mass[sample] = s_t @ w[nodes]
+        return features, mass
 
     def attend_tokens(self, sums: tuple[Tensor, Tensor]) -> Tensor:
         """Eqs. (2)-(3) from :meth:`integrate`'s sums: the attended slice tokens

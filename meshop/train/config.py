@@ -61,6 +61,10 @@ class TrainConfig:
             compiler on CPU). The first steps pay the compilation (over a minute on CPU); on CPU
             we measured no gain for ONO (264 ms per step either way, width 64, 4 layers, batch 8
             of 256 nodes, one thread), so it is off by default.
+        chunk_nodes: evaluate the model (training steps and test errors) in chunks of this many
+            nodes (:mod:`meshop.nn.chunked`): the same outputs and gradients, with memory bounded
+            by the chunk, for samples of millions of nodes. None: only batches of more than
+            131,072 nodes are chunked (65,536 nodes a chunk); 0: never.
     """
 
     epochs: int = 100
@@ -90,6 +94,7 @@ class TrainConfig:
     progress: bool = True
     find_unused_parameters: bool = False
     compile: bool = False
+    chunk_nodes: int | None = None
 
     def __post_init__(self) -> None:
         if self.latent_grid is not None:
@@ -125,6 +130,11 @@ class TrainConfig:
             raise ConfigError(f"latent_points must be positive, got {self.latent_points!r}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:i]', got {self.device!r}")
+        if self.chunk_nodes is not None and int(self.chunk_nodes) < 0:
+            raise ConfigError(
+                f"chunk_nodes must be a number of nodes >= 0 (0: never chunk), got "
+                f"{self.chunk_nodes!r}"
+            )
 
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with some fields changed (unknown names rejected)."""

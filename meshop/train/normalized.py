@@ -11,7 +11,7 @@ from torch import nn
 from meshop._pyg import Data
 from meshop.data import GaussianNormalizer
 from meshop.data.normalizers import RunningMoments
-from meshop.nn.chunked import chunked_forward
+from meshop.nn.chunked import chunked_forward, default_chunk_nodes, total_nodes
 
 #: node sets whose coordinates the position normaliser maps (all with the same map)
 POSITION_KEYS = ("pos", "latent_pos", "query_pos")
@@ -105,10 +105,16 @@ class NormalizedModel(nn.Module):
         input: a ``Data`` or a batch; output: [N_query, C_out] in physical units.
     """
 
-    def __init__(self, model: nn.Module, normalizers: dict[str, GaussianNormalizer] | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        normalizers: dict[str, GaussianNormalizer] | None = None,
+        chunk_nodes: int | None = None,
+    ):
         super().__init__()
         self.model = model
         self.normalizers = nn.ModuleDict(normalizers or {})
+        self.chunk_nodes = chunk_nodes
 
     def encode_inputs(self, data: Data) -> Data:
         """A shallow copy of ``data`` with ``x``, ``params`` and coordinates normalised."""
@@ -123,10 +129,27 @@ class NormalizedModel(nn.Module):
         return out
 
     def forward(self, data: Data) -> torch.Tensor:
+        chunk = self.chunk_for(data)
+        if chunk is not None:
+            return self.forward_chunked(data, chunk)
         pred = self.model(self.encode_inputs(data))
         if "y" in self.normalizers:
             pred = self.normalizers["y"].decode(pred)
         return pred
+
+    def chunk_for(self, data: Data) -> int | None:
+        """The chunk :meth:`forward` evaluates ``data`` in (None: whole), from ``chunk_nodes``:
+        None chunks batches of more than :data:`~meshop.nn.chunked.CHUNK_FROM` nodes when the
+        model has a ``forward_chunked`` (:func:`~meshop.nn.chunked.default_chunk_nodes`); 0
+        never chunks; a number chunks every batch larger than it."""
+        if self.chunk_nodes == 0:
+            return None
+        nodes = total_nodes(data)
+        if self.chunk_nodes is None:
+            if not hasattr(self.model, "forward_chunked"):
+                return None
+            return default_chunk_nodes(nodes)
+        return self.chunk_nodes if nodes > self.chunk_nodes else None
 
     def forward_chunked(self, data: Data, chunk_nodes: int) -> torch.Tensor:
         """:meth:`forward` through the model's own ``forward_chunked`` (:mod:`meshop.nn.chunked`):

@@ -137,7 +137,7 @@ class Trainer:
         self.data_info, self.meta = data.info, data.meta
         # a copy: models trained on the same prepared data do not share normaliser buffers
         normalizers = copy.deepcopy(data.normalizers)
-        self.model = NormalizedModel(model, normalizers).to(self.ctx.device)
+        self.model = NormalizedModel(model, normalizers, c.chunk_nodes).to(self.ctx.device)
         self.history: list[dict[str, Any]] = []
         self.epoch = 0  # completed epochs
         self.local_batch = c.batch_size // self.ctx.world_size

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from meshop.data.batching import node_chunks, part
+from meshop.data.batching import part
 from meshop.errors import ConfigError
+from meshop.nn.chunked import map_over_chunks, sum_over_chunks
 from meshop.nn.fourier_attention import FourierAttention
 from meshop.nn.galerkin_attention import GalerkinAttention
 from meshop.nn.linear_attention import LinearAttention
@@ -131,23 +132,27 @@ class GalerkinEncoderLayer(nn.Module):
         num_samples: int,
         chunk_nodes: int,
     ) -> Tensor:
-        """:meth:`forward` chunk by chunk, ``x`` updated in place and returned: the attention's
-        kernels integrated over every chunk first (:meth:`~meshop.nn.HeadAttention.integrate`;
-        softmax attention has none and raises), then each chunk's output. Evaluation only."""
-        sums = None
-        for nodes in node_chunks(len(x), chunk_nodes):
-            sums = self.attn.integrate(
-                x[nodes], pos[nodes], batch[nodes], part(weight, nodes), num_samples, sums
+        """:meth:`forward` chunk by chunk (:mod:`meshop.nn.chunked`): the attention's kernels
+        integrated over every chunk first (:meth:`~meshop.nn.HeadAttention.integrate`; softmax
+        attention has none and raises), then each chunk's output; ``x`` is updated in place
+        without autograd, checkpointed chunk by chunk with it."""
+        attn = self.attn
+
+        def integrals(nodes):
+            return attn.integrate(
+                x[nodes], pos[nodes], batch[nodes], part(weight, nodes), num_samples
             )
-        kernel = self.attn.kernel(sums)
-        for nodes in node_chunks(len(x), chunk_nodes):
-            y = x[nodes] + self.attn.apply_kernel(x[nodes], pos[nodes], batch[nodes], kernel)
+
+        kernel = attn.kernel(sum_over_chunks(integrals, len(x), chunk_nodes, attn.merge_integrals))
+
+        def update(nodes):
+            y = x[nodes] + attn.apply_kernel(x[nodes], pos[nodes], batch[nodes], kernel)
             if self.norm == "regular":
                 y = self.norm_attn(y)
-                x[nodes] = self.norm_ffn(y + self.ffn(y))
-            else:
-                x[nodes] = y + self.ffn(y)
-        return x
+                return self.norm_ffn(y + self.ffn(y))
+            return y + self.ffn(y)
+
+        return map_over_chunks(update, len(x), chunk_nodes, out=x)
 
     def __repr__(self) -> str:
         return (

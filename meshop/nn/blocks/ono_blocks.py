@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from meshop.data.batching import node_chunks, part
+from meshop.data.batching import part
+from meshop.nn.chunked import map_over_chunks, sum_over_chunks
 from meshop.nn.fourier_attention import FourierAttention
 from meshop.nn.galerkin_attention import GalerkinAttention
 from meshop.nn.linear_attention import LinearAttention
@@ -83,26 +84,24 @@ class FeatureBlock(nn.Module):
         num_samples: int,
         chunk_nodes: int,
     ) -> Tensor:
-        """:meth:`forward` chunk by chunk, ``g`` updated in place and returned: the attention's
-        kernels integrated over every chunk (:meth:`~meshop.nn.HeadAttention.integrate`), then
-        each chunk's attention and FFN. Evaluation only."""
-        sums = None
-        for nodes in node_chunks(len(g), chunk_nodes):
-            sums = self.attn.integrate(
-                self.norm_attn(g[nodes]),
-                pos[nodes],
-                batch[nodes],
-                part(weight, nodes),
-                num_samples,
-                sums,
-            )
-        kernel = self.attn.kernel(sums)
-        for nodes in node_chunks(len(g), chunk_nodes):
-            y = g[nodes] + self.attn.apply_kernel(
-                self.norm_attn(g[nodes]), pos[nodes], batch[nodes], kernel
-            )
-            g[nodes] = y + self.ffn(self.norm_ffn(y))
-        return g
+        """:meth:`forward` chunk by chunk (:mod:`meshop.nn.chunked`): the attention's kernels
+        integrated over every chunk (:meth:`~meshop.nn.HeadAttention.integrate`), then each
+        chunk's attention and FFN; ``g`` is updated in place without autograd, checkpointed chunk
+        by chunk with it."""
+        attn = self.attn
+
+        def integrals(nodes):
+            x = self.norm_attn(g[nodes])
+            return attn.integrate(x, pos[nodes], batch[nodes], part(weight, nodes), num_samples)
+
+        kernel = attn.kernel(sum_over_chunks(integrals, len(g), chunk_nodes, attn.merge_integrals))
+
+        def update(nodes):
+            x = self.norm_attn(g[nodes])
+            y = g[nodes] + attn.apply_kernel(x, pos[nodes], batch[nodes], kernel)
+            return y + self.ffn(self.norm_ffn(y))
+
+        return map_over_chunks(update, len(g), chunk_nodes, out=g)
 
 
 class SolutionBlock(nn.Module):
@@ -173,29 +172,31 @@ class SolutionBlock(nn.Module):
         num_samples: int,
         chunk_nodes: int,
     ) -> Tensor:
-        """:meth:`forward` chunk by chunk (:meth:`~meshop.nn.OrthogonalAttention.moments`, the
-        factors, :meth:`~meshop.nn.OrthogonalAttention.project`, then each chunk's output):
-        ``[N, out_channels]``, written into ``h`` when the widths agree. Evaluation only."""
-        attn, chunks = self.attn, node_chunks(len(h), chunk_nodes)
-        sums = None
-        for nodes in chunks:
-            sums = attn.moments(g[nodes], batch[nodes], part(weight, nodes), num_samples, sums)
+        """:meth:`forward` chunk by chunk (:mod:`meshop.nn.chunked`): the moments over every
+        chunk (:meth:`~meshop.nn.OrthogonalAttention.moments`), the factors, the inner products
+        over every chunk (:meth:`~meshop.nn.OrthogonalAttention.project`), then each chunk's
+        output ``[N, out_channels]`` (written into ``h`` without autograd when the widths
+        agree)."""
+        attn = self.attn
+
+        def moments(nodes):
+            return attn.moments(g[nodes], batch[nodes], part(weight, nodes), num_samples)
+
+        sums = sum_over_chunks(moments, len(h), chunk_nodes)
         factors = attn.factors(sums)
-        inner = None
-        for nodes in chunks:
-            inner = attn.project(
-                h[nodes], g[nodes], batch[nodes], part(weight, nodes), factors, sums, inner
+
+        def inner(nodes):
+            return attn.project(
+                h[nodes], g[nodes], batch[nodes], part(weight, nodes), factors, sums
             )
-        coefficients = attn.coefficients(inner, sums)
-        out = h if self.ffn.lins[-1].out_features == h.shape[1] else None
-        for nodes in chunks:
-            y = self.ffn(
-                self.norm(attn.expand(g[nodes], batch[nodes], factors, coefficients) + h[nodes])
-            )
-            if out is None:
-                out = y.new_empty(len(h), y.shape[1])
-            out[nodes] = y
-        return out
+
+        coefficients = attn.coefficients(sum_over_chunks(inner, len(h), chunk_nodes), sums)
+
+        def update(nodes):
+            y = attn.expand(g[nodes], batch[nodes], factors, coefficients) + h[nodes]
+            return self.ffn(self.norm(y))
+
+        return map_over_chunks(update, len(h), chunk_nodes, out=h)
 
 
 def trunc_normal_linears(mlp: MLP) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from meshop.data.batching import node_chunks
+from meshop.nn.chunked import map_over_chunks
 from meshop.nn.mlp import MLP
 from meshop.nn.position_attention import PositionAttention
 
@@ -54,14 +54,16 @@ class PiTBlock(nn.Module):
     ) -> Tensor:
         """:meth:`forward` for chunks of targets, each attending to every node of its sample
         with the sources streamed (:meth:`~meshop.nn.PositionAttention.attend_streamed`): a new
-        ``[N, d_v]`` tensor, never an ``N x N`` one. Evaluation only."""
-        out = u.new_empty(len(u), self.skip.out_features)
-        for nodes in node_chunks(len(u), chunk_nodes):
+        ``[N, d_v]`` tensor, never an ``N x N`` one; checkpointed chunk by chunk under
+        autograd."""
+
+        def update(nodes):
             h = self.attn.attend_streamed(
                 lambda sources: u[sources], pos, batch, weight, pos[nodes], batch[nodes]
             )
-            out[nodes] = F.gelu(self.mlp(F.gelu(h)) + self.skip(u[nodes]))
-        return out
+            return F.gelu(self.mlp(F.gelu(h)) + self.skip(u[nodes]))
+
+        return map_over_chunks(update, len(u), chunk_nodes)
 
 
 __all__ = ["PiTBlock"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from meshop.data.batching import node_chunks, part
+from meshop.data.batching import part
+from meshop.nn.chunked import map_over_chunks, sum_over_chunks
 from meshop.nn.mlp import MLP
 from meshop.nn.physics_attention import PhysicsAttention
 
@@ -43,20 +44,23 @@ class TransolverBlock(nn.Module):
     def forward_chunked(
         self, x: Tensor, batch: Tensor, weight: Tensor | None, num_samples: int, chunk_nodes: int
     ) -> Tensor:
-        """:meth:`forward` chunk by chunk, ``x`` updated in place and returned: the slice tokens
-        integrated over every chunk first (:meth:`~meshop.nn.PhysicsAttention.integrate`), then
-        each chunk's attention and MLP. Evaluation only (no autograd through the in-place
-        update)."""
-        sums = None
-        for nodes in node_chunks(len(x), chunk_nodes):
-            sums = self.attn.integrate(
-                self.norm_attn(x[nodes]), batch[nodes], part(weight, nodes), num_samples, sums
+        """:meth:`forward` chunk by chunk (:mod:`meshop.nn.chunked`): the slice tokens integrated
+        over every chunk first (:meth:`~meshop.nn.PhysicsAttention.integrate`), then each chunk's
+        attention and MLP; ``x`` is updated in place without autograd, checkpointed chunk by
+        chunk with it."""
+
+        def integrals(nodes):
+            return self.attn.integrate(
+                self.norm_attn(x[nodes]), batch[nodes], part(weight, nodes), num_samples
             )
-        tokens = self.attn.attend_tokens(sums)
-        for nodes in node_chunks(len(x), chunk_nodes):
+
+        tokens = self.attn.attend_tokens(sum_over_chunks(integrals, len(x), chunk_nodes))
+
+        def update(nodes):
             y = x[nodes] + self.attn.deslice(self.norm_attn(x[nodes]), batch[nodes], tokens)
-            x[nodes] = y + self.mlp(self.norm_mlp(y))
-        return x
+            return y + self.mlp(self.norm_mlp(y))
+
+        return map_over_chunks(update, len(x), chunk_nodes, out=x)
 
 
 __all__ = ["TransolverBlock"]
