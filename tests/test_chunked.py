@@ -135,6 +135,22 @@ def test_every_model_trains_in_chunks_with_the_gradients_of_its_forward(name):
         assert torch.allclose(before, after, rtol=1e-9)
 
 
+def test_targets_without_neighbours_inside_and_at_the_start_of_chunks():
+    """Radius fields leave far targets without sources (zeros): the chunks' edges must still be
+    read at their own targets."""
+    data = sample(300, 4, queries=0)
+    far = torch.full((20, 2), 5.0, dtype=torch.float64)
+    set_query_points(data, torch.cat([far[:7], data.pos[:30], far[7:], data.pos[30:60]]))
+    data.query_pos = data.query_pos.double()
+    model = PiT(3, 2, 2, width=16, blocks=1, encoder_k=8, decoder_radius=0.3).double().eval()
+    with torch.no_grad():
+        reference = model(data)
+        # a radius field is budgeted at max_num_neighbors (1024) edges a target: 4 to 8 targets
+        # a chunk here, the first ones far
+        for chunk_nodes in (1024, 2048):
+            assert relative_error(model.forward_chunked(data, chunk_nodes), reference) < 1e-9
+
+
 @pytest.mark.parametrize("name", ["pit", "transolver", "ono-galerkin", "galerkin-local-cross"])
 def test_chunks_of_one_node_and_a_single_domain(name):
     data = sample(60, 7, queries=5)

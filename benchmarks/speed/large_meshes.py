@@ -1,4 +1,5 @@
-"""Inference on meshes of up to ten million nodes: every model, whole and in chunks.
+"""Inference on meshes of up to ten million nodes and training steps on a million: every model,
+whole and in chunks.
 
 One sample of N random nodes in the unit square with one input field and quadrature weights
 ``1/N``; each model at the size ``meshop train`` gives it on the CPU datasets
@@ -13,13 +14,16 @@ One sample of N random nodes in the unit square with one input field and quadrat
 - the MLP baseline: 4 layers of width 128.
 
 ``whole`` is ``model(data)``; ``chunks`` is :func:`meshop.nn.chunked.predict_in_chunks` with
-``--chunk-nodes`` nodes per chunk (default 65,536, as ``meshop predict`` chooses). The latent
+``--chunk-nodes`` nodes per chunk (default 65,536, as ``meshop predict`` chooses). ``train``
+rows are one training step (forward, a mean-square loss, backward) in training mode, whole or
+with every chunk checkpointed (``model.forward_chunked``, what ``TrainConfig.chunk_nodes`` runs),
+at up to ``--train-up-to`` nodes. The latent
 mesh (farthest point sampling) is built before the measured call, as ``meshop predict`` does it
 before predicting. Peak memory is the resident set of the measuring process: "forward" counts
 what the call adds to the inputs, "total" is the process's high-water mark (the interpreter,
-torch, the model and the sample included). Whole passes above ``--whole-up-to`` nodes are skipped
-(they need more memory than the machine has). The growth exponent of the time between
-consecutive N is 1 for linear growth.
+torch, the model and the sample included). Whole passes above ``--whole-up-to`` nodes are left
+out (they need more memory than the machine has), whole training steps above a tenth of it. The
+growth exponent of the time between consecutive N is 1 for linear growth.
 
     python -m benchmarks.speed.large_meshes            # 1e5, 1e6, 1e7 nodes (about an hour)
     python -m benchmarks.speed.large_meshes --quick    # smoke test
@@ -66,8 +70,9 @@ def build(name: str):
     return MLPBaseline(3, 1, 2)
 
 
-def prepare(model: str, n: int, chunk_nodes: int, device: str):
-    """One forward of ``model`` on ``n`` nodes, whole (``chunk_nodes=0``) or in chunks."""
+def prepare(model: str, n: int, chunk_nodes: int, device: str, train: bool = False):
+    """One forward of ``model`` on ``n`` nodes, whole (``chunk_nodes=0``) or in chunks; with
+    ``train`` one training step (forward and backward in training mode)."""
     import torch
 
     from meshop.data import add_latent_mesh, from_points
@@ -83,7 +88,13 @@ def prepare(model: str, n: int, chunk_nodes: int, device: str):
     def step():
         predict_in_chunks(module, data, chunk_nodes)
 
-    return step
+    def train_step():
+        module.train()
+        out = module.forward_chunked(data, chunk_nodes) if chunk_nodes else module(data)
+        out.square().mean().backward()
+        module.zero_grad(set_to_none=True)
+
+    return train_step if train else step
 
 
 def sizes(quick: bool) -> list[int]:
@@ -96,29 +107,34 @@ def main(argv=None) -> None:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--chunk-nodes", type=int, default=2**16)
     extra.add_argument("--whole-up-to", type=int, default=1_000_000)
+    extra.add_argument("--train-up-to", type=int, default=1_000_000)
     extra.add_argument("--models", default=",".join(MODELS))
     options, rest = extra.parse_known_args(argv)
     args = parse_args(__doc__.splitlines()[0], rest)
     chunk = 1000 if args.quick else options.chunk_nodes
     records = []
+    modes = [
+        ("whole", 0, False),
+        ("chunks", chunk, False),
+        ("train, whole", 0, True),
+        ("train, chunks", chunk, True),
+    ]
     for model in options.models.split(","):
         for n in sizes(args.quick):
-            for mode, chunk_nodes in (("whole", 0), ("chunks", chunk)):
+            for mode, chunk_nodes, train in modes:
+                if n > largest(chunk_nodes, train, options):
+                    continue
+                progress(f"{model} N={n} {mode}")
                 record = dict(model=model, n=n, mode=mode, chunk_nodes=chunk_nodes)
-                if mode == "whole" and n > options.whole_up_to:
-                    record["error"] = f"skipped (more than {options.whole_up_to:,} nodes)"
-                else:
-                    progress(f"{model} N={n} {mode}")
-                    params = dict(model=model, n=n, chunk_nodes=chunk_nodes)
-                    record |= run_case(
-                        prepare,
-                        params,
-                        device="cpu",
-                        threads=args.threads,
-                        timeout=args.timeout,
-                        min_time=0.0,
-                        max_repeats=1,
-                    )
+                record |= run_case(
+                    prepare,
+                    dict(model=model, n=n, chunk_nodes=chunk_nodes, train=train),
+                    device="cpu",
+                    threads=args.threads,
+                    timeout=args.timeout,
+                    min_time=0.0,
+                    max_repeats=1,
+                )
                 records.append(record)
     write_results(
         "large_meshes",
@@ -127,6 +143,15 @@ def main(argv=None) -> None:
         {f"CPU, one sample, chunks of {chunk:,} nodes": table(records)},
         records,
     )
+
+
+def largest(chunk_nodes: int, train: bool, options) -> float:
+    """The largest N of a row: whole passes up to ``--whole-up-to`` nodes (training steps a tenth
+    of that: they keep every layer's intermediates), chunked training steps up to
+    ``--train-up-to``, chunked inference always."""
+    if not chunk_nodes:
+        return options.whole_up_to // 10 if train else options.whole_up_to
+    return options.train_up_to if train else float("inf")
 
 
 def growth(records: list[dict], record: dict) -> str:

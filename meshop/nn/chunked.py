@@ -48,6 +48,9 @@ from meshop.nn.position_attention import PositionAttention
 CHUNK_FROM = 2**17
 #: the default chunk, when enough memory is free
 DEFAULT_CHUNK = 2**16
+#: edges one neighbour search of chunked local attention finds at most (a group of targets:
+#: 2^24 edges hold 400 MB of indices and distances)
+SEARCH_EDGES = 2**24
 #: memory per node of a chunk that the default leaves room for (the widest intermediate tensors
 #: of the CPU presets take a few kB per node)
 BYTES_PER_CHUNK_NODE = 16 * 2**10
@@ -212,27 +215,49 @@ def cross_attention(
 
 
 def _local_cross_attention(layer, source, pos, batch, weight, pos_dst, batch_dst, chunk_nodes):
+    """Receptive fields searched for groups of targets of about :data:`SEARCH_EDGES` edges (each
+    torch-cluster search builds a tree over all the sources: few large searches, not many small
+    ones), attended in chunks of about ``4 * chunk_nodes`` edges."""
     ((kind, value),) = layer.field.items()
     most = int(torch.bincount(batch).max()) if len(batch) else 1
     field = {"quantile": value * most + 2, "k": value, "radius": layer.max_num_neighbors}[kind]
-    targets = max(1, 4 * chunk_nodes // max(int(field), 1))
+    field = max(int(field), 1)
+    group = max(1, SEARCH_EDGES // field)
+    targets = max(1, 4 * chunk_nodes // field)
     parts = []
-    for nodes in node_chunks(len(pos_dst), targets):
+    for searched in node_chunks(len(pos_dst), group):
         with torch.no_grad():  # the fields: found once, outside the recomputed part
             index, dist = layer.neighbors(
-                pos, pos_dst[nodes], batch, batch_dst[nodes], use_cache=False
+                pos, pos_dst[searched], batch, batch_dst[searched], use_cache=False
             )
-            sources, local = torch.unique(index[1], return_inverse=True)
-            edges = torch.stack([index[0], local])  # still sorted by target, then source
-        if torch.is_grad_enabled() and (pos.requires_grad or pos_dst.requires_grad):
-            dist = squared_distance(pos, pos_dst[nodes], index)
-
-        def attend(_, sources=sources, edges=edges, dist=dist, count=nodes.stop - nodes.start):
-            w = None if weight is None else weight[sources]
-            return layer.attend_edges(source(sources), w, edges, dist, count)
-
-        parts.append(run_chunk(attend, nodes))
+        count = searched.stop - searched.start
+        starts = torch.arange(count + 1, device=index.device)
+        bounds = torch.searchsorted(index[0].contiguous(), starts).tolist()
+        for nodes in node_chunks(count, targets):
+            lo, hi = bounds[nodes.start], bounds[nodes.stop]
+            edges = index[:, lo:hi] - index.new_tensor([[nodes.start], [0]])
+            part = _attend_field(
+                layer, source, pos, weight, pos_dst[searched][nodes], edges, dist[lo:hi]
+            )
+            parts.append(part)
     return torch.cat(parts) if parts else pos_dst.new_zeros(0, layer.out_channels)
+
+
+def _attend_field(layer, source, pos, weight, pos_dst, index, dist):
+    """Local attention of a chunk of targets (``pos_dst``) over their edges ``index`` (row 0 a
+    target of the chunk, row 1 a source), lifting only the sources they hold; checkpointed under
+    autograd."""
+    with torch.no_grad():
+        sources, local = torch.unique(index[1], return_inverse=True)
+        edges = torch.stack([index[0], local])  # still sorted by target, then source
+    if torch.is_grad_enabled() and (pos.requires_grad or pos_dst.requires_grad):
+        dist = squared_distance(pos, pos_dst, torch.stack([edges[0], index[1]]))
+
+    def attend(_):
+        w = None if weight is None else weight[sources]
+        return layer.attend_edges(source(sources), w, edges, dist, len(pos_dst))
+
+    return run_chunk(attend, slice(0, len(pos_dst)))
 
 
 __all__ = [
