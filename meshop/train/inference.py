@@ -126,7 +126,10 @@ def write_points_csv(
     fields: dict[str, np.ndarray],
     overwrite: bool = False,
 ) -> Path:
-    """Points and point values as CSV with a header (``x, y, name, ...``)."""
+    """Points and point values as CSV with a header (``x, y, name, ...``): a field of ``k > 1``
+    components as columns ``name_0, ..., name_k-1``; a column whose name is taken, by a coordinate
+    (the default name ``y`` of one unnamed target) or an earlier column, gets ``_value`` appended
+    (``x, y, y_value``)."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsMeshopError(f"'{path}' already exists; pass --overwrite to replace it")
@@ -135,9 +138,11 @@ def write_points_csv(
     for name, values in fields.items():
         values = np.asarray(values).reshape(len(points), -1)
         columns.append(values)
-        header += (
-            [name] if values.shape[1] == 1 else [f"{name}_{i}" for i in range(values.shape[1])]
-        )
+        names = [name] if values.shape[1] == 1 else [f"{name}_{i}" for i in range(values.shape[1])]
+        for column in names:
+            while column in header:
+                column += "_value"
+            header.append(column)
     np.savetxt(path, np.hstack(columns), delimiter=",", header=",".join(header), comments="")
     return path
 
