@@ -14,7 +14,7 @@ from meshop.nn.blocks.ono_blocks import (
     SolutionBlock,
     trunc_normal_linears,
 )
-from meshop.nn.chunked import map_over_chunks
+from meshop.nn.chunked import map_over_chunks, mesh_weight
 from meshop.nn.mlp import MLP
 
 
@@ -203,6 +203,7 @@ class ONO(nn.Module):
         the orthogonal attention's moments and inner products, over the chunks before updating
         them. The feature attention must have per-sample kernels (softmax attention has none)."""
         features, pos, batch, weight, is_query = self._nodes(data)
+        weight = mesh_weight(data, weight)
         samples, n = num_samples(data), len(features)
         g, h = map_over_chunks(lambda nodes: self.encoder(features[nodes]), n, chunk_nodes).chunk(
             2, dim=-1

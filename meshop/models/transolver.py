@@ -9,7 +9,7 @@ from meshop._pyg import Data
 from meshop.data.batching import nodes_with_queries, num_samples
 from meshop.errors import ConfigError
 from meshop.nn.blocks.transolver_block import TransolverBlock
-from meshop.nn.chunked import map_over_chunks
+from meshop.nn.chunked import map_over_chunks, mesh_weight
 from meshop.nn.mlp import MLP
 from meshop.nn.physics_attention import PhysicsAttention
 
@@ -134,6 +134,7 @@ class Transolver(nn.Module):
         only state of size N, every block integrates its slice tokens over the chunks before
         updating them (:meth:`~meshop.nn.TransolverBlock.forward_chunked`)."""
         features, batch, weight, is_query = self._nodes(data)
+        weight = mesh_weight(data, weight)
         samples, n = num_samples(data), len(features)
         x = map_over_chunks(lambda nodes: self.preprocess(features[nodes]), n, chunk_nodes)
         for block in self.blocks:

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor, nn
@@ -147,19 +149,88 @@ def run_chunk(fn: Callable[[slice], object], nodes: slice):
     return fn(nodes)
 
 
-def sum_over_chunks(
-    fn: Callable[[slice], object],
-    n: int,
-    chunk_nodes: int,
-    merge: Callable[[object, object], object] = add_integrals,
-):
-    """The integrals of ``n`` nodes from each chunk's share ``fn(nodes)``, merged by ``merge``
-    (a sum; the layer's own merge where a running maximum is involved)."""
+def sum_over_chunks(fn: Callable[[slice], object], n: int, chunk_nodes: int, layer=None):
+    """The integrals of ``n`` nodes from each chunk's share ``fn(nodes)``, merged by the
+    ``layer``'s ``merge_integrals`` where it has one (a running maximum), else summed; inside
+    :func:`split_mesh`, then reduced over the processes that hold the other parts of the mesh
+    (the layer's ``reduce_integrals``, else a sum)."""
+    merge = getattr(layer, "merge_integrals", add_integrals)
     total = None
     for nodes in node_chunks(n, chunk_nodes) or [slice(0, 0)]:
         part = run_chunk(fn, nodes)
         total = part if total is None else merge(total, part)
+    group = mesh_group()
+    if group is not None:
+        total = getattr(layer, "reduce_integrals", all_reduce_integrals)(total, group)
     return total
+
+
+_MESH_GROUP: ContextVar[object | None] = ContextVar("meshop_mesh_group", default=None)
+
+
+@contextmanager
+def split_mesh(group=None):
+    """Within this context every process of ``group`` (torch.distributed's default group when
+    None) holds a part of the nodes of the same samples, and every layer's integrals are summed
+    over the processes (:func:`torch.distributed.nn.functional.all_reduce`, so that gradients
+    flow back through the sums): ``forward_chunked`` of the Transolver, ONO and the MLP baseline
+    on each process's nodes gives the outputs of the whole mesh at those nodes, and the sum over
+    the processes of each process's parameter gradients is the gradient of the whole mesh's loss.
+    The quadrature weights must be the mesh's (equal weights are 1 per node, not ``1/n`` of a
+    part). Models whose receptive fields need every source of a sample on one process (PiT, the
+    Galerkin Transformer's cross attention) refuse to run split."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        raise ConfigError(
+            "split_mesh needs torch.distributed: launch with torchrun and call "
+            "meshop.train.distributed.setup() (or torch.distributed.init_process_group) first"
+        )
+    token = _MESH_GROUP.set(group if group is not None else torch.distributed.group.WORLD)
+    try:
+        yield
+    finally:
+        _MESH_GROUP.reset(token)
+
+
+def mesh_group():
+    """The process group of :func:`split_mesh` in force, or None."""
+    return _MESH_GROUP.get()
+
+
+def mesh_weight(data: Data, weight: Tensor) -> Tensor:
+    """The nodes' quadrature weights for a chunked pass: ``weight`` as the model's node set has
+    them, except that under :func:`split_mesh` a mesh without weights gets 1 per node (its
+    default ``1/n`` would count the nodes of one process's part only)."""
+    if mesh_group() is None or getattr(data, "weight", None) is not None:
+        return weight
+    return (weight > 0).to(weight.dtype)
+
+
+def all_reduce_integrals(total, group):
+    """Additive integrals (a tensor, or tuples or dicts of them) summed over ``group``, with
+    gradients."""
+    if isinstance(total, dict):
+        return {key: all_reduce_integrals(value, group) for key, value in total.items()}
+    if isinstance(total, tuple):
+        return tuple(all_reduce_integrals(value, group) for value in total)
+    return AllReduceSum.apply(total, group)
+
+
+class AllReduceSum(torch.autograd.Function):
+    """A sum over a process group whose backward is the same sum of the gradients: every
+    process's integral feeds every process's outputs, so each gets the gradient of all of them."""
+
+    @staticmethod
+    def forward(ctx, tensor: Tensor, group) -> Tensor:
+        ctx.group = group
+        out = tensor.clone()
+        torch.distributed.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        grad = grad.clone()
+        torch.distributed.all_reduce(grad, group=ctx.group)
+        return grad, None
 
 
 def map_over_chunks(
@@ -201,6 +272,11 @@ def cross_attention(
     hold (:meth:`~meshop.nn.LocalPositionAttention.attend_edges`); the chunks hold about
     ``4 * chunk_nodes`` edges. A global layer streams the sources
     (:meth:`~meshop.nn.PositionAttention.attend_streamed`). Returns ``[N_dst, C_out]``."""
+    if mesh_group() is not None:
+        raise ConfigError(
+            f"{type(layer).__name__} attends from every source of a sample, which split_mesh "
+            f"spreads over processes; evaluate this model with each sample whole on a process"
+        )
     if isinstance(layer, LocalPositionAttention):
         return _local_cross_attention(
             layer, source, pos, batch, weight, pos_dst, batch_dst, chunk_nodes
@@ -268,8 +344,11 @@ __all__ = [
     "cross_attention",
     "default_chunk_nodes",
     "map_over_chunks",
+    "mesh_group",
+    "mesh_weight",
     "predict_in_chunks",
     "run_chunk",
+    "split_mesh",
     "sum_over_chunks",
     "total_nodes",
 ]

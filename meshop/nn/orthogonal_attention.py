@@ -10,6 +10,7 @@ from meshop._pyg import to_dense_batch
 from meshop.data.batching import sample_ranges
 from meshop.data.neighbors import equal_sizes
 from meshop.errors import ConfigError
+from meshop.nn.chunked import mesh_group
 from meshop.nn.interface import check_inputs
 from meshop.nn.quadrature import normalised_equal_weight, normalised_weight, weighted_count
 
@@ -495,7 +496,12 @@ def _cholesky_with_jitter(moment: Tensor, tries: int = 10) -> Tensor:
 
 
 def _distributed() -> bool:
+    """Whether the batch moment is summed over processes that hold other samples (data
+    parallelism); under :func:`~meshop.nn.chunked.split_mesh` the processes hold parts of the same
+    samples, whose moments are already summed."""
     dist = torch.distributed
+    if mesh_group() is not None:
+        return False
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 

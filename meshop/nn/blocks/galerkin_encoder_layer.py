@@ -143,7 +143,7 @@ class GalerkinEncoderLayer(nn.Module):
                 x[nodes], pos[nodes], batch[nodes], part(weight, nodes), num_samples
             )
 
-        kernel = attn.kernel(sum_over_chunks(integrals, len(x), chunk_nodes, attn.merge_integrals))
+        kernel = attn.kernel(sum_over_chunks(integrals, len(x), chunk_nodes, attn))
 
         def update(nodes):
             y = x[nodes] + attn.apply_kernel(x[nodes], pos[nodes], batch[nodes], kernel)

@@ -94,7 +94,7 @@ class FeatureBlock(nn.Module):
             x = self.norm_attn(g[nodes])
             return attn.integrate(x, pos[nodes], batch[nodes], part(weight, nodes), num_samples)
 
-        kernel = attn.kernel(sum_over_chunks(integrals, len(g), chunk_nodes, attn.merge_integrals))
+        kernel = attn.kernel(sum_over_chunks(integrals, len(g), chunk_nodes, attn))
 
         def update(nodes):
             x = self.norm_attn(g[nodes])
