@@ -1,0 +1,33 @@
+"""The large-mesh benchmarks run in their smoke mode and write their tables."""
+
+import json
+
+from benchmarks.speed import large_meshes, split_mesh
+
+
+def test_large_meshes_measures_whole_and_chunked_passes_and_training_steps(tmp_path):
+    large_meshes.main(["--quick", "--models", "transolver,mlp", "--out", str(tmp_path)])
+    records = json.loads((tmp_path / "large_meshes.json").read_text())["records"]
+    modes = {(r["model"], r["n"], r["mode"]) for r in records if "time_s" in r}
+    for model in ("transolver", "mlp"):
+        for mode in ("whole", "chunks", "train, whole", "train, chunks"):
+            assert (model, 20_000, mode) in modes
+    assert "| Transolver(width=64" in (tmp_path / "large_meshes.md").read_text()
+
+
+def test_large_meshes_leaves_out_whole_passes_above_their_limit(tmp_path):
+    large_meshes.main(
+        ["--quick", "--models", "mlp", "--whole-up-to", "5000", "--out", str(tmp_path)]
+    )
+    records = json.loads((tmp_path / "large_meshes.json").read_text())["records"]
+    rows = {(r["n"], r["mode"]) for r in records}
+    assert (20_000, "whole") not in rows and (2000, "whole") in rows
+    assert (2000, "train, whole") not in rows  # a tenth of the limit: 500 nodes
+    assert (20_000, "chunks") in rows and (20_000, "train, chunks") in rows
+
+
+def test_split_mesh_times_one_and_two_processes(tmp_path):
+    split_mesh.main(["--quick", "--out", str(tmp_path)])
+    records = json.loads((tmp_path / "split_mesh.json").read_text())["records"]
+    assert [r["processes"] for r in records] == [1, 2]
+    assert all(r["time_s"] > 0 and r["peak_mb"] > 0 for r in records)
