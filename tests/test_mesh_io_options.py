@@ -125,3 +125,45 @@ def test_write_mesh_writes_ascii_gmsh_for_a_msh_file_and_says_which_folder_is_mi
         MeshReadError, match=r"cannot write '.*out\.vtu': directory '.*no' does not"
     ):
         write_mesh(missing, data)
+
+
+def test_every_node_written_to_gmsh_belongs_to_the_lowest_dimensional_entity_it_is_on(tmp_path):
+    """gmsh 4.1 files list the nodes by entity, one entity per cell block: a node belongs to the
+    block of lowest dimension that has it (a vertex cell's node to the vertex's point, a face's to
+    the surface), and a node in no cell to the block of highest dimension (the volume)."""
+    data = from_points(torch.tensor([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [2, 2, 2.0]]))
+    data.face = torch.tensor([[0, 1, 2]]).T.contiguous()  # a boundary triangle: the first block
+    data["cell_index_tetra"] = torch.tensor([[0, 1, 2, 3]]).T.contiguous()
+    data["cell_index_vertex"] = torch.tensor([[0]]).T.contiguous()
+    back = meshio.read(write_mesh(tmp_path / "tet.msh", data))
+    entity = {
+        block.type: int(tags[0])
+        for block, tags in zip(back.cells, back.cell_data["gmsh:geometrical"])
+    }
+    assert sorted(entity.values()) == [1, 2, 3]  # one entity per block
+    expected = [
+        (0, entity["vertex"]),
+        (2, entity["triangle"]),
+        (2, entity["triangle"]),
+        (3, entity["tetra"]),
+        (3, entity["tetra"]),  # in no cell
+    ]
+    assert [tuple(row) for row in back.point_data["gmsh:dim_tags"].tolist()] == expected
+
+
+def test_integer_fields_are_written_as_integers():
+    data = from_points(torch.rand(4, 2))
+    mesh = to_meshio(data, {"label": np.arange(4), "id": torch.arange(4), "u": torch.ones(4)})
+    assert mesh.point_data["label"].dtype == np.int64
+    assert mesh.point_data["id"].dtype == np.int64
+    assert mesh.point_data["u"].dtype == np.float64
+
+
+def test_a_cell_field_on_cells_meshop_does_not_measure_names_the_field_and_the_file():
+    """Polygons have no quadrature weights, so their cell values cannot be averaged to nodes."""
+    mesh = meshio.Mesh(
+        POINTS[:4], [("polygon", np.array([[0, 1, 2, 3]]))], cell_data={"t": [np.array([1.0])]}
+    )
+    with pytest.raises(FieldError) as error:
+        read_mesh_from(mesh, inputs=["t"], cell_data_to_nodes=True, source="poly.vtu")
+    assert str(error.value) == "poly.vtu: cell field 't' has no values on the top-dimensional cells"
