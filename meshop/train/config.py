@@ -65,6 +65,10 @@ class TrainConfig:
             nodes (:mod:`meshop.nn.chunked`): the same outputs and gradients, with memory bounded
             by the chunk, for samples of millions of nodes. None: only batches of more than
             131,072 nodes are chunked (65,536 nodes a chunk); 0: never.
+        node_fraction: train every step on a random subset of this fraction of each sample's
+            nodes, with the quadrature weights rescaled so that every integral stays unbiased
+            (:func:`meshop.data.subsample.subsample_nodes`); a new subset every epoch. None or
+            1: the whole meshes. Test errors are computed on the whole meshes.
     """
 
     epochs: int = 100
@@ -95,6 +99,7 @@ class TrainConfig:
     find_unused_parameters: bool = False
     compile: bool = False
     chunk_nodes: int | None = None
+    node_fraction: float | None = None
 
     def __post_init__(self) -> None:
         if self.latent_grid is not None:
@@ -130,6 +135,16 @@ class TrainConfig:
             raise ConfigError(f"latent_points must be positive, got {self.latent_points!r}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:i]', got {self.device!r}")
+        if self.node_fraction is not None and not 0 < self.node_fraction <= 1:
+            raise ConfigError(
+                f"node_fraction must be in (0, 1] (0.25: a quarter of each sample's nodes), got "
+                f"{self.node_fraction!r}"
+            )
+        if self.node_fraction is not None and self.node_fraction < 1 and self.h1_weight:
+            raise ConfigError(
+                "node_fraction trains on subsets of the nodes, which have no cells for the H1 "
+                "penalty: give h1_weight = 0 or node_fraction = None"
+            )
         if self.chunk_nodes is not None and int(self.chunk_nodes) < 0:
             raise ConfigError(
                 f"chunk_nodes must be a number of nodes >= 0 (0: never chunk), got "

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 import meshop
 from meshop.data import make_loader, num_samples, query_nodes
+from meshop.data.subsample import NodeSubsets
 from meshop.errors import ConfigError
 from meshop.train import checkpoint as ckpt_io
 from meshop.train.config import TrainConfig
@@ -148,8 +149,11 @@ class Trainer:
             shuffle=True,
             seed=c.seed,
         )
+        steps_on = self.train_set  # every epoch on new random node subsets with node_fraction
+        if c.node_fraction is not None and c.node_fraction < 1:
+            steps_on = NodeSubsets(self.train_set, c.node_fraction)
         self.loader = make_loader(
-            self.train_set,
+            steps_on,
             batch_size=self.local_batch,
             sampler=self.sampler,
             num_workers=c.num_workers,

@@ -1,0 +1,76 @@
+"""Training on random subsets of the nodes (meshop.data.subsample, TrainConfig.node_fraction):
+the subsets' rescaled quadratures are unbiased, and a run trains on new subsets every epoch."""
+
+import pytest
+import torch
+
+from meshop.data import from_points, set_query_points, uniform_grid
+from meshop.data.subsample import NodeSubsets, subsample_nodes
+from meshop.errors import ConfigError
+from meshop.models import Transolver
+from meshop.train import TrainConfig, Trainer
+
+
+def sample(n=400, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pos = torch.rand(n, 2, generator=g)
+    data = from_points(pos, x=pos[:, :1] ** 2, y=torch.sin(3 * pos))
+    data.weight = torch.rand(n, generator=g) / n
+    data.face = torch.zeros(3, 1, dtype=torch.long)
+    return data
+
+
+def test_subsets_keep_the_nodes_fields_and_rescale_the_weights():
+    data = sample()
+    part = subsample_nodes(data, 0.25, torch.Generator().manual_seed(1))
+    assert len(part.pos) == 100 and part.x.shape == (100, 1) and part.y.shape == (100, 2)
+    keep = [int(torch.nonzero((data.pos == p).all(1))[0]) for p in part.pos]
+    assert keep == sorted(keep)  # in the nodes' order
+    assert torch.equal(part.y, data.y[keep]) and torch.equal(part.x, data.x[keep])
+    assert torch.allclose(part.weight, data.weight[keep] * 4)
+    assert getattr(part, "face", None) is None  # a subset has no cells
+    assert subsample_nodes(data, 1.0) is data
+
+
+def test_rescaled_quadratures_are_unbiased():
+    data = sample(300)
+    exact = float((data.weight * data.x[:, 0]).sum())
+    g = torch.Generator().manual_seed(0)
+    draws = [subsample_nodes(data, 0.1, g) for _ in range(4000)]
+    mean = sum(float((d.weight * d.x[:, 0]).sum()) for d in draws) / len(draws)
+    assert mean == pytest.approx(exact, rel=0.01)
+
+
+def test_query_points_keep_their_targets_and_grids_are_refused():
+    data = sample()
+    set_query_points(data, torch.rand(30, 2))
+    data.y = torch.rand(30, 2)
+    part = subsample_nodes(data, 0.5)
+    assert len(part.pos) == 200 and torch.equal(part.y, data.y) and len(part.query_pos) == 30
+    with pytest.raises(ConfigError, match="grid"):
+        subsample_nodes(uniform_grid((4, 4)), 0.5)
+    with pytest.raises(ConfigError, match=r"\(0, 1\]"):
+        subsample_nodes(data, 0.0)
+
+
+def test_every_access_draws_new_nodes():
+    view = NodeSubsets([sample()], 0.5)
+    assert len(view) == 1
+    assert not torch.equal(view[0].pos, view[0].pos)
+
+
+def test_a_run_with_node_fraction_trains_on_subsets_and_evaluates_whole_meshes():
+    train = [sample(200 + 10 * i, i) for i in range(4)]
+    seen = []
+    model = Transolver(3, 2, 2, width=16, layers=1, heads=2, slices=4)
+    model.register_forward_pre_hook(lambda module, args: seen.append(len(args[0].pos)))
+    config = TrainConfig(epochs=1, batch_size=2, progress=False, node_fraction=0.25)
+    metrics = Trainer(model, train, train[:1], config).fit()
+    # two training batches of quarter meshes (ceil(n / 4) of 200, 210, 220 and 230 nodes)
+    assert sum(seen[:2]) == 50 + 53 + 55 + 58 and max(seen[:2]) <= 58 + 55
+    assert seen[-1] == 200  # the test error on the whole mesh
+    assert metrics["test_rel_l2"] > 0
+    with pytest.raises(ConfigError, match="node_fraction must be in"):
+        TrainConfig(node_fraction=1.5)
+    with pytest.raises(ConfigError, match="no cells for the H1"):
+        TrainConfig(node_fraction=0.5, h1_weight=0.1)
