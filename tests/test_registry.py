@@ -1,6 +1,7 @@
 """The shared registry helper: ``"module:Class"`` targets are imported only when asked for, and an
 unknown name gets the closest known one, where it was given, and every valid name."""
 
+import dataclasses
 import sys
 
 import pytest
@@ -47,3 +48,17 @@ def test_the_registries_and_the_configuration_use_the_shared_helper():
 
     assert models.unknown_name is datasets.unknown_name is config.unknown_name is unknown_name
     assert models.import_class is datasets.import_class is import_class
+
+
+def test_a_registered_name_whose_class_does_not_import_names_what_the_user_typed(monkeypatch):
+    from meshop.datasets import registry as datasets
+    from meshop.models import registry as models
+
+    broken = dataclasses.replace(datasets.DATASETS["darcy"], target="meshop.nowhere:Darcy")
+    monkeypatch.setitem(datasets.DATASETS, "darcy", broken)
+    with pytest.raises(ConfigError, match=r"^dataset 'darcy': its class 'meshop.nowhere:Darcy'"):
+        datasets.dataset_class("darcy")
+    entry = dataclasses.replace(models.MODELS["pit"], target="meshop.nowhere:PiT")
+    monkeypatch.setitem(models.MODELS, "pit", entry)
+    with pytest.raises(ConfigError, match=r"^model 'pit': its class 'meshop.nowhere:PiT' cannot"):
+        models.model_class("pit")

@@ -96,7 +96,9 @@ def dataset_entry(name: str) -> DatasetEntry:
 
 def dataset_class(name: str) -> type:
     """The dataset class behind a registered name or a ``"module:Class"`` path."""
-    return import_class(name if ":" in name else dataset_entry(name).target, "dataset class")
+    if ":" in name:
+        return import_class(name, "dataset class")
+    return import_class(dataset_entry(name).target, f"dataset '{name}': its class")
 
 
 def build_dataset(name: str, split: str, data_dir: str | None = None, /, **kwargs: Any):

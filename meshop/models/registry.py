@@ -75,7 +75,9 @@ def model_entry(name: str) -> ModelEntry:
 
 def model_class(name: str) -> type[nn.Module]:
     """The class behind a registered name or a ``"module:Class"`` path."""
-    return import_class(name if ":" in name else model_entry(name).target, "model class")
+    if ":" in name:
+        return import_class(name, "model class")
+    return import_class(model_entry(name).target, f"model '{name}': its class")
 
 
 def build_model(name: str, **kwargs: Any) -> nn.Module:
