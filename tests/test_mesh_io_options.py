@@ -2,6 +2,8 @@
 run of meshop/data/mesh_io.py): cell fields of every kind averaged to nodes, point sets as masks,
 ``field_layout`` and ``read_mesh`` with their keyword arguments, and what ``write_mesh`` writes."""
 
+from pathlib import Path
+
 import meshio
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from meshop.data import (
     field_layout,
     from_meshio,
     from_points,
+    group_cells,
     group_masks,
     read_mesh,
     to_meshio,
@@ -167,3 +170,114 @@ def test_a_cell_field_on_cells_meshop_does_not_measure_names_the_field_and_the_f
     with pytest.raises(FieldError) as error:
         read_mesh_from(mesh, inputs=["t"], cell_data_to_nodes=True, source="poly.vtu")
     assert str(error.value) == "poly.vtu: cell field 't' has no values on the top-dimensional cells"
+
+
+def test_groups_skip_what_is_not_a_group_and_keep_reading_the_next():
+    """A field_data entry without a dimension, a ``gmsh:`` cell set and a cell set's empty block
+    are skipped; the groups after them are read (the line group "wall", the cell set "probe")."""
+    points = POINTS[:4]
+    cells = [("triangle", np.array([[0, 1, 2], [0, 2, 3]])), ("line", np.array([[0, 1], [1, 2]]))]
+    mesh = meshio.Mesh(
+        points,
+        cells,
+        cell_data={"gmsh:physical": [np.array([1, 1]), np.array([1, 2])]},
+        field_data={"bad": np.array([7]), "wall": np.array([1, 1])},
+        cell_sets={
+            "gmsh:bounding_entities": [np.array([0]), np.array([0])],
+            "probe": [np.array([], dtype=np.int64), np.array([1])],
+        },
+        point_sets={"empty": np.array([], dtype=np.int64)},
+    )
+    groups = group_cells(mesh)
+    assert list(groups) == ["wall", "probe"]
+    assert [(t, c.tolist()) for t, c in groups["wall"]] == [("line", [[0, 1]])]
+    assert [(t, c.tolist()) for t, c in groups["probe"]] == [("line", [[1, 2]])]
+    masks = group_masks(mesh)
+    assert masks["empty"].tolist() == [False] * 4
+    assert masks["probe"].tolist() == [False, True, True, False]
+
+
+def test_a_mesh_reads_point_fields_only_unless_cell_data_to_nodes_and_then_targets_too():
+    mesh = mixed_plate(s=[np.array([1.0, 1.0]), np.array([3.0])])
+    with pytest.raises(FieldError, match=r"^<meshio\.Mesh>: mesh has no point field 's'"):
+        from_meshio(mesh, inputs=["u"], targets=["s"])
+    data = from_meshio(mesh, inputs=["u"], targets=["s"], cell_data_to_nodes=True)
+    t, q = 0.5 / 3, 1.0 / 4  # a triangle's and the quad's share of their nodes' weights
+    expected = [1.0, (t + 3 * q) / (t + q), (2 * t + 3 * q) / (2 * t + q), 1.0, 3.0, 3.0]
+    np.testing.assert_allclose(data.y[:, 0].numpy(), expected, rtol=1e-6)
+
+
+def test_a_point_field_of_the_wrong_length_or_with_nan_names_the_mesh():
+    mesh = mixed_plate()
+    mesh.point_data["short"] = np.zeros(5)
+    mesh.point_data["nan"] = np.r_[np.zeros(5), np.nan]
+    with pytest.raises(FieldError) as error:
+        from_meshio(mesh, inputs=["short"], source="plate.vtu")
+    assert str(error.value) == (
+        "plate.vtu: field 'short' has shape (5,), expected one value per node (6)"
+    )
+    with pytest.raises(MeshError, match=r"^plate\.vtu: field 'nan' contains NaN or Inf"):
+        from_meshio(mesh, inputs=["nan"], source="plate.vtu")
+
+
+@pytest.mark.parametrize("bad", [6, -1])
+def test_cells_referring_to_nodes_outside_the_mesh_are_refused_with_the_whole_message(bad):
+    mesh = meshio.Mesh(POINTS, [("triangle", np.array([[0, 1, 2], [0, 2, bad]]))])
+    with pytest.raises(MeshError) as error:
+        from_meshio(mesh)
+    assert str(error.value) == (
+        "<meshio.Mesh>: triangle cells refer to nodes outside 0..5; the file is corrupt or was "
+        "written with another node numbering"
+    )
+    assert from_meshio(meshio.Mesh(POINTS, [("triangle", np.array([[0, 1, 5]]))])).num_nodes == 6
+
+
+def test_gmsh_takes_fields_of_1_3_and_9_components_and_names_any_other(tmp_path):
+    data = from_points(torch.rand(4, 3))
+    data["cell_index_tetra"] = torch.tensor([[0, 1, 2, 3]]).T.contiguous()
+    fields = {"one": torch.ones(4, 1), "vector": torch.ones(4, 3), "tensor": torch.ones(4, 3, 3)}
+    back = meshio.read(write_mesh(tmp_path / "ok.msh", data, fields))
+    assert {k: v.shape for k, v in back.point_data.items() if k in fields} == {
+        "one": (4,),
+        "vector": (4, 3),
+        "tensor": (4, 9),
+    }
+    with pytest.raises(FieldError) as error:
+        write_mesh(tmp_path / "bad.msh", data, {"q": torch.ones(4, 4)})
+    assert str(error.value) == (
+        "gmsh stores fields with 1, 3 or 9 components; 'q' has 4: write it as separate fields or "
+        "use .vtu"
+    )
+
+
+@pytest.mark.parametrize(("file_format", "version"), [("gmsh", "4.1"), ("gmsh22", "2.2")])
+def test_a_named_gmsh_format_is_written_as_ascii(tmp_path, file_format, version):
+    data = from_points(torch.rand(3, 2))
+    data.face = torch.tensor([[0, 1, 2]]).T.contiguous()
+    path = write_mesh(tmp_path / "out.mesh", data, {"u": torch.ones(3)}, file_format=file_format)
+    assert path.read_text().startswith(f"$MeshFormat\n{version} 0 8\n")
+
+
+@pytest.mark.parametrize("suffix", [".xdmf", ".xmf"])
+def test_xdmf_is_written_with_its_data_inline(tmp_path, suffix):
+    data = from_points(torch.rand(3, 2))
+    data.face = torch.tensor([[0, 1, 2]]).T.contiguous()
+    path = write_mesh(tmp_path / f"out{suffix}", data, {"u": torch.arange(3.0)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no HDF5 file beside it
+    np.testing.assert_array_equal(meshio.read(path).point_data["u"], [0.0, 1.0, 2.0])
+
+
+def test_a_mesh_is_written_to_a_hidden_temporary_file_beside_the_target(tmp_path, monkeypatch):
+    """Renamed within one folder (one filesystem: the rename is atomic), hidden meanwhile."""
+    written = []
+    write = meshio.write
+
+    def spy(filename, *args, **kwargs):
+        written.append(filename)
+        return write(filename, *args, **kwargs)
+
+    monkeypatch.setattr(meshio, "write", spy)
+    path = write_mesh(tmp_path / "plate.vtu", from_points(torch.rand(3, 2)))
+    (tmp,) = map(Path, written)
+    assert tmp.parent == tmp_path and tmp.name.startswith(".plate.") and tmp.suffix == ".vtu"
+    assert not tmp.exists() and path.exists()
