@@ -4,6 +4,7 @@ irregular-mesh model: meshop's Transolver with the same weights computes it (wit
 (``MESHOP_TRANSOLVER_CLONE=/path/to/Transolver``), so does their own ``Model``."""
 
 import importlib.util
+import json
 import os
 import sys
 import types
@@ -14,6 +15,7 @@ import torch
 
 from benchmarks.lib.reference import PhysicsAttentionReference, TransolverReference, dense_inputs
 from benchmarks.lib.workloads import batch_of, samples
+from benchmarks.speed import training_vs_reference
 from meshop.models import Transolver
 
 SIZES = dict(width=16, layers=2, heads=4, slices=5, mlp_ratio=2)
@@ -119,3 +121,40 @@ def test_reference_is_the_authors_irregular_mesh_model():
             a.copy_(b)
     _, features = workload()
     torch.testing.assert_close(theirs(features[..., :2], features[..., 2:]), ref(features))
+
+
+def test_transolver_rows_merge_into_the_existing_table(tmp_path):
+    """``--merge`` replaces the rows it measures and keeps the others with their own
+    measurement line (a row names the run it came from)."""
+    old = {
+        "machine": {"date": "then", "command": "python -m old", "cpu": "cpu", "cpu_cores": 2},
+        "records": [
+            {
+                "case": "PiT, 150 / 40 nodes, batch 2",
+                "threads": 1,
+                **{
+                    impl: {"median_s": 2.0, "median_cpu_s": 2.0, "times_s": [2.0], "parameters": 3}
+                    for impl in ("meshop", "reference")
+                },
+            }
+        ],
+    }
+    old["machine"].update(torch="2", note="quiet")
+    (tmp_path / "speed_vs_reference.json").write_text(json.dumps(old))
+    argv = ["--quick", "--threads", "1", "--repeats", "1", "--out", str(tmp_path)]
+    training_vs_reference.main([*argv, "--only", "Transolver, 150 nodes, batch 2", "--merge"])
+    records = json.loads((tmp_path / "speed_vs_reference.json").read_text())["records"]
+    assert [r["case"] for r in records] == [
+        "PiT, 150 / 40 nodes, batch 2",
+        "Transolver, 150 nodes, batch 2",
+        "Transolver, 150 nodes, batch 2, inference",
+    ]
+    assert records[0]["measured"]["command"] == "python -m old"
+    assert records[1]["measured"]["note"] == "measured under load"
+    text = (tmp_path / "speed_vs_reference.md").read_text()
+    assert "Measured then (rows: PiT, 150 / 40 nodes, batch 2) with `python -m old`" in text
+    assert "| PiT, 150 / 40 nodes, batch 2 | 3 | 3 | 2.00 s | 2.00 s | 1.00x |" in text
+    # without --merge the file holds this run's rows only
+    training_vs_reference.main([*argv, "--only", "Transolver, 150 nodes, batch 2, inference"])
+    records = json.loads((tmp_path / "speed_vs_reference.json").read_text())["records"]
+    assert [r["case"] for r in records] == ["Transolver, 150 nodes, batch 2, inference"]

@@ -81,6 +81,12 @@ REFERENCE_AIMS = (
     ),
     ("PiT, same, 256 latent nodes", ("PiT, 972 / 256 nodes, batch 8",), 10.0),
     (
+        "Transolver (width 64, 4 layers, 4 heads, 32 slices), 972 nodes batch 8 / 8192 nodes "
+        "batch 4",
+        ("Transolver, 972 nodes, batch 8", "Transolver, 8192 nodes, batch 4"),
+        1.3,
+    ),
+    (
         "ONO as the authors' ONO2 (width 64, 4 layers, k = 16), 16x16 grid batch 20 / 972 nodes "
         "batch 8",
         ("ONO, 16x16 grid, batch 20", "ONO, 972 nodes, batch 8"),

@@ -21,6 +21,7 @@ once with meshop's defaults (per-sample orthonormalisation, value projection).
 
     python -m benchmarks.speed.training_vs_reference                 # full table, 1 and 2 threads
     python -m benchmarks.speed.training_vs_reference --quick         # smoke test at tiny sizes
+    python -m benchmarks.speed.training_vs_reference --only Transolver --merge   # rows replaced
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--only", default=None, help="run only cases whose name contains this")
     parser.add_argument(
         "--note", default="measured under load", help="a note printed under the tables"
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the rows of the existing result file that this run does not measure (each "
+        "with its own measurement line)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
     args = parser.parse_args(argv)
@@ -201,27 +208,59 @@ def table(records: list[dict], threads: int) -> str:
     return markdown_table(headers, rows)
 
 
-def write(args, records: list[dict], echo: bool = True) -> str:
-    info = {**machine(), "threads": args.thread_counts, "quick": args.quick, "note": args.note}
-    header = (
-        f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
-        f"({info['cpu_cores']} cores), torch {info['torch']}, {args.note}: median of "
-        f"{args.repeats} interleaved training steps (forward, loss, backward, Adam) per "
+def merged(args, records: list[dict], info: dict) -> list[dict]:
+    """``records``, each with the measurement it came from (``measured``); with ``--merge`` after
+    the rows of the existing result file that this run did not measure, which keep theirs."""
+    measured = {k: info[k] for k in ("date", "command", "cpu", "cpu_cores", "torch", "note")}
+    records = [{**r, "measured": r.get("measured", measured)} for r in records]
+    existing = args.out / "speed_vs_reference.json"
+    if not args.merge or not existing.is_file():
+        return records
+    old = json.loads(existing.read_text())
+    old_measured = {k: old["machine"].get(k) for k in measured}
+    new_keys = {(r["case"], r["threads"]) for r in records}
+    kept = [
+        {**r, "measured": r.get("measured", old_measured)}
+        for r in old["records"]
+        if (r["case"], r["threads"]) not in new_keys
+    ]
+    return kept + records
+
+
+def measurement_line(measured: dict, cases: list[str] | None, repeats: int) -> str:
+    which = "" if cases is None else f" (rows: {'; '.join(dict.fromkeys(cases))})"
+    return (
+        f"Measured {measured['date']}{which} with `{measured['command']}` on {measured['cpu']} "
+        f"({measured['cpu_cores']} cores), torch {measured['torch']}, {measured['note']}: median "
+        f"of {repeats} interleaved training steps (forward, loss, backward, Adam) per "
         f"implementation after one warm-up step each; speed-up: reference / meshop, of the "
         f"wall-clock medians and of the medians of the process's CPU time."
     )
-    parts = ["## Training steps against the reference code", "", SECTION_START, header, ""]
-    for threads in args.thread_counts:
-        if any(r["threads"] == threads for r in records):
-            parts += [f"### {threads} thread(s)", "", table(records, threads), ""]
+
+
+def write(args, records: list[dict], echo: bool = True) -> str:
+    info = {**machine(), "threads": args.thread_counts, "quick": args.quick, "note": args.note}
+    records = merged(args, records, info)
+    runs: dict[str, list[dict]] = {}
+    for r in records:
+        runs.setdefault(json.dumps(r["measured"], sort_keys=True), []).append(r)
+    parts = ["## Training steps against the reference code", "", SECTION_START]
+    for rows in runs.values():
+        repeats = len(rows[0]["meshop"]["times_s"])
+        cases = None if len(runs) == 1 else [r["case"] for r in rows]
+        parts += [measurement_line(rows[0]["measured"], cases, repeats), ""]
+    thread_counts = sorted({r["threads"] for r in records})
+    for threads in thread_counts:
+        parts += [f"### {threads} thread(s)", "", table(records, threads), ""]
     parts += [SECTION_END, ""]
     text = "\n".join(parts)
     if echo:
         print(text, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "speed_vs_reference.md").write_text(text)
+    machine_info = {**info, "threads": thread_counts}
     (args.out / "speed_vs_reference.json").write_text(
-        json.dumps({"machine": info, "records": records}, indent=1) + "\n"
+        json.dumps({"machine": machine_info, "records": records}, indent=1) + "\n"
     )
     return text
 

@@ -149,55 +149,48 @@ class PhysicsAttention(nn.Module):
         return self.lin_out(torch.cat(out, dim=1).transpose(0, 1).reshape(len(x), -1))
 
     def _forward_equal(self, x: Tensor, weight: Tensor | None, b: int) -> Tensor:
-        """Eqs. (1)-(4) for ``b`` samples of equal sizes as dense ``[B, H, n, *]`` batches: no
-        per-sample loop. The quadrature weights ride as one more row of the weighted features,
-        so that one batched product (``[D + 1, n] @ [n, M]``, the odd width on the side that
-        costs nothing) gives the tokens' integrals and the slice measures together; the features
-        are projected after the slice weights (no higher peak of memory than the loop's)."""
-        n, heads, d = len(x) // b, self.heads, self.head_channels
-
-        def head_major(t: Tensor) -> Tensor:  # [N, H D] -> a [B, H, n, D] view
-            return t.view(b, n, heads, d).transpose(1, 2)
-
-        s = self._slice_softmax(x, b)  # [B, H, n, M]
-        fx = head_major(self.lin_fx(x))
+        """Eqs. (1)-(4) for ``b`` samples of equal sizes: the per-sample loop's head-major
+        tensors viewed as ``[H B, n, *]`` batches, so that each product is one batched call.
+        The quadrature weights ride as one more column of the weighted features, so that one
+        product (``[D + 1, n] @ [n, M]``, the odd width on the side that costs nothing) gives the
+        tokens' integrals and the slice measures together."""
+        n, heads, d, m = len(x) // b, self.heads, self.head_channels, self.slices
+        s = self._slice_weights(x)  # [H, N, M]
+        fx = self.lin_fx(x).view(len(x), heads, d).transpose(0, 1)  # [H, N, D]
         w = _per_node_weight(weight, b, n, fx.dtype)
         if w is None:  # equal positive weights in every sample: they cancel in eq. (2)
-            w = fx.new_ones(1, 1, 1, 1).expand(b, heads, n, 1)
-            rows = torch.cat([fx, w], dim=-1)
+            rows = torch.cat([fx, fx.new_ones(1, 1, 1).expand(heads, len(x), 1)], dim=-1)
         else:
-            w = w.view(b, 1, n, 1).expand(b, heads, n, 1)
-            rows = torch.cat([fx * w, w], dim=-1)
-        integrals = rows.transpose(2, 3) @ s  # [B, H, D + 1, M]
-        mass = integrals[:, :, d:].transpose(2, 3)  # [B, H, M, 1]: the measure of each slice
-        z = integrals[:, :, :d].transpose(2, 3) / mass.clamp_min(_tiny(mass))  # eq. (2)
-        z = self._attend(z)  # eq. (3)
-        out = (s @ z).transpose(1, 2).reshape(len(x), heads * d)  # eq. (4)
-        return self.lin_out(out)
+            w = w.view(1, len(x), 1).expand(heads, len(x), 1)
+            rows = torch.cat([fx * w, w], dim=-1)  # [H, N, D + 1]
+        s = s.view(heads * b, n, m)
+        integrals = rows.view(heads * b, n, d + 1).transpose(1, 2) @ s  # [H B, D + 1, M]
+        mass = integrals[:, d:].transpose(1, 2)  # [H B, M, 1]: the measure of each slice
+        z = integrals[:, :d].transpose(1, 2) / mass.clamp_min(_tiny(mass))  # eq. (2)
+        z = self._attend(z.view(heads, b, m, d).transpose(0, 1))  # eq. (3), [B, H, M, D]
+        out = s @ z.transpose(0, 1).reshape(heads * b, m, d)  # eq. (4), [H B, n, D]
+        return self.lin_out(out.view(heads, len(x), d).transpose(0, 1).reshape(len(x), -1))
 
     def _attend(self, z: Tensor) -> Tensor:
-        """Eq. (3) on the tokens ``[B, H, M, D]``: Q, K and V by one product."""
-        qkv = z @ torch.cat([self.lin_q.weight, self.lin_k.weight, self.lin_v.weight]).T
-        q, k, v = qkv.chunk(3, dim=-1)
+        """Eq. (3) on the tokens ``[B, H, M, D]``."""
         return F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0
+            self.lin_q(z),
+            self.lin_k(z),
+            self.lin_v(z),
+            dropout_p=self.dropout if self.training else 0.0,
         )
 
     def _slice_weights(self, x: Tensor) -> Tensor:
-        """Eq. (1) head-major, [H, N, M]."""
-        return self._slice_softmax(x, 1)[0]
-
-    def _slice_softmax(self, x: Tensor, b: int) -> Tensor:
-        r"""Eq. (1) for ``b`` samples of equal sizes, ``[B, H, n, M]``: the temperature folded
-        into the rows of ``W_x`` (:math:`(W_x x + b_x) / \tau_h` by one product), the slice inputs
-        laid out head-major by one copy, the logits of every head by one product with the shared
-        :math:`W_s` and each head's bias :math:`b_s / \tau_h` added in place, one softmax."""
-        heads, d = self.heads, self.head_channels
+        r"""Eq. (1) head-major, [H, N, M]: the temperature folded into the rows of ``W_x``
+        (:math:`(W_x x + b_x) / \tau_h` by one product, no pass over the nodes), one batched
+        product writes the logits from the ``[H, N, D]`` view, each head's bias
+        :math:`b_s / \tau_h` is added in place (a broadcast bias in ``baddbmm`` would be copied
+        into the output first), one softmax gives the weights."""
         inv_t = 1.0 / self.temperature
-        scale = inv_t.repeat_interleave(d)  # [H D]
+        scale = inv_t.repeat_interleave(self.head_channels)  # [H D]
         xs = F.linear(x, self.lin_x.weight * scale[:, None], self.lin_x.bias * scale)
-        xs = xs.view(b, -1, heads, d).transpose(1, 2).contiguous()  # [B, H, n, D]
-        logits = (xs.view(-1, d) @ self.lin_slice.weight.T).view(b, heads, -1, self.slices)
+        xs = xs.view(len(x), self.heads, self.head_channels).transpose(0, 1)  # [H, N, D]
+        logits = torch.bmm(xs, self.lin_slice.weight.T.expand(self.heads, -1, -1))
         # in place: the product's backward needs its inputs only
         return torch.softmax(logits.add_((self.lin_slice.bias * inv_t[:, None])[:, None]), -1)
 
