@@ -30,6 +30,7 @@ MODELS = {
         3, 2, 2, width=16, blocks=1, encoder_radius=0.2, decoder_radius=0.4, weighted=False
     ),
     "pit-periodic": lambda: PiT(3, 2, 2, width=16, blocks=1, periodic=1.0),
+    "pit-pointwise": lambda: PiT(3, 2, 2, width=16, blocks=1, pointwise=True),
     "transolver": lambda: Transolver(3, 2, 2, width=16, layers=2, heads=2, slices=8),
     "ono-galerkin": lambda: ONO(3, 2, 2, width=16, layers=2, k=4, heads=2),
     "ono-linear-sum": lambda: ONO(

@@ -13,6 +13,7 @@ from meshop.data.batching import (
     node_batch,
     node_features,
     node_set_weights,
+    query_features,
     query_nodes,
 )
 from meshop.errors import ConfigError
@@ -76,6 +77,14 @@ class PiT(nn.Module):
             the domain, not over the node density; ``False`` is the paper's form (equal
             weights). The PiT page of the documentation compares the two on a graded and a
             uniform mesh.
+        pointwise (bool): the decoder also reads each query point's own input features
+            (:func:`meshop.data.query_features`: its coordinates and parameters, and the input
+            fields of its nearest node), lifted by a linear layer and added to the decoder's
+            attention before its GELU: :math:`\sigma(\mathrm{LocPosAtt_{out}}(U; D_{v \to u})
+            + \mathrm{Linear}(a(y)))`. A target that depends on a node's own inputs (a surface
+            normal, a local load) is then within reach, which the paper's decoder, which sees
+            the query's position only through the attention, does not have. ``False`` (the
+            default) is the paper's form.
 
     Shapes:
         - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``)
@@ -100,6 +109,7 @@ class PiT(nn.Module):
         lambda_param: str = "tan",
         periodic: float | Sequence[float | None] | None = None,
         weighted: bool = True,
+        pointwise: bool = False,
     ):
         super().__init__()
         if blocks < 0 or decoder_blocks < 0:
@@ -128,6 +138,7 @@ class PiT(nn.Module):
             lambda_param=lambda_param,
             periodic=periodic,
             weighted=bool(weighted),
+            pointwise=bool(pointwise),
         )
         self.pos_dim, self.weighted = pos_dim, bool(weighted)
         self.lift = nn.Linear(in_channels, width)
@@ -154,12 +165,15 @@ class PiT(nn.Module):
             PiTBlock(width, heads, lambda_param, periodic) for _ in range(decoder_blocks)
         )
         self.head = MLP([width, width, out_channels])
+        self.query_lift = nn.Linear(in_channels, width) if pointwise else None
 
     def reset_parameters(self) -> None:
         self.lift.reset_parameters()
         self.encoder.reset_parameters()
         self.decoder.reset_parameters()
         self.head.reset_parameters()
+        if self.query_lift is not None:
+            self.query_lift.reset_parameters()
         for block in [*self.processor, *self.decoder_processor]:
             block.reset_parameters()
 
@@ -177,11 +191,12 @@ class PiT(nn.Module):
         )  # [N_v, d_v]
         for block in self.processor:
             u = block(u, latent_pos, latent_batch, latent_weight)
-        u = F.gelu(
-            self.decoder(
-                u, latent_pos, latent_batch, latent_weight, pos_dst=query_pos, batch_dst=query_batch
-            )
+        u = self.decoder(
+            u, latent_pos, latent_batch, latent_weight, pos_dst=query_pos, batch_dst=query_batch
         )  # [N_u, d_v]
+        if self.query_lift is not None:
+            u = u + self.query_lift(query_features(data))
+        u = F.gelu(u)
         for block in self.decoder_processor:
             u = block(u, query_pos, query_batch, query_weight)
         return self.head(u)
@@ -209,6 +224,8 @@ class PiT(nn.Module):
         )
         u = _blocks(self.processor, F.gelu(u), latent_pos, latent_batch, latent_weight, chunk_nodes)
 
+        own = query_features(data) if self.query_lift is not None else None
+
         def decoded(nodes):
             h = cross_attention(
                 self.decoder,
@@ -220,6 +237,8 @@ class PiT(nn.Module):
                 query_batch[nodes],
                 chunk_nodes,
             )
+            if own is not None:
+                h = h + self.query_lift(own[nodes])
             return F.gelu(h)
 
         n = len(query_pos)
