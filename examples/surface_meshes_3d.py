@@ -75,6 +75,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--cases", type=int, default=100, help="simulation files to write")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--model", choices=["mlp", "pit"], default="mlp")
+    parser.add_argument(
+        "--pointwise",
+        action="store_true",
+        help="PiT's decoder also reads each node's own inputs (PiT(pointwise=True))",
+    )
     args = parser.parse_args(argv)
     cases, epochs, num_points = (8, 1, 150) if args.smoke else (args.cases, args.epochs, 600)
     out = Path(args.out)
@@ -97,7 +102,15 @@ def main(argv=None) -> dict:
     width = 16 if args.smoke else 64
     in_channels = node_features(train_set[0]).shape[1]  # normals 3 + inflow 3 + coordinates 3
     if args.model == "pit":  # latent mesh: 64 farthest points of each surface
-        model = PiT(in_channels, 4, pos_dim=3, width=width, encoder_k=16, decoder_k=8)
+        model = PiT(
+            in_channels,
+            4,
+            pos_dim=3,
+            width=width,
+            encoder_k=16,
+            decoder_k=8,
+            pointwise=args.pointwise,
+        )
     else:
         model = build_model("mlp", in_channels=in_channels, out_channels=4, pos_dim=3)
     config = TrainConfig(

@@ -64,3 +64,14 @@ def test_surface_example_writes_vector_fields_on_the_sample_sphere(tmp_path, cap
     header = (tmp_path / "prediction_shell.csv").read_text().splitlines()[0]
     assert header == "x,y,z,pressure,velocity_0,velocity_1,velocity_2"
     assert "integral of the pressure over the surface" in capsys.readouterr().out
+
+
+def test_surface_example_trains_pits_pointwise_decoder_on_request(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    example = load(EXAMPLES[0].with_name("surface_meshes_3d.py"))
+    example.main(["--smoke", "--model", "pit", "--pointwise", "--out", str(tmp_path / "out")])
+    (checkpoint,) = (tmp_path / "out").rglob("checkpoint.pt")
+    config = torch.load(checkpoint, weights_only=False)["model_config"]
+    assert config["pointwise"] is True
