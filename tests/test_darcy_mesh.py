@@ -10,7 +10,7 @@ from skfem import Functional
 
 from meshop.data import lumped_mass_weights, make_loader, node_features
 from meshop.datasets import DarcyMesh
-from meshop.datasets.darcy_mesh import random_domain, solve_diffusion
+from meshop.datasets.darcy_mesh import FINEST_P2, random_domain, solve_diffusion
 from meshop.datasets.fem import triangulate
 from meshop.datasets.grf import CosineSeriesField, gaussian_random_field
 from meshop.errors import ConfigError
@@ -215,3 +215,29 @@ def test_bad_options_are_refused(tmp_path):
         DarcyMesh(tmp_path, refinement=-1, **TINY)
     with pytest.raises(ConfigError, match="degree must be 1"):
         DarcyMesh(tmp_path, degree=3, **TINY)
+
+
+def test_levels_above_the_finest_p2_one_are_p1_solutions_with_4x_the_nodes_per_level(tmp_path):
+    options = {**TINY, "num_test": 1}
+    coarse, fine = (DarcyMesh(tmp_path, split="test", refinement=r, **options) for r in (2, 4))
+    assert (coarse.config["degree"], fine.config["degree"]) == (2, 1) and FINEST_P2 == 3
+    coarse, fine = coarse[0], fine[0]
+    assert 12 < fine.num_nodes / coarse.num_nodes < 20  # 2x finer per level: 4x the nodes
+    # the level-4 sample is the P1 solution on its mesh (P2's differs by more than float32)
+    rng = np.random.default_rng([0, 2])  # test sample 0 is sample num_train = 2
+    loops, centres = random_domain(rng)
+    field = CosineSeriesField(rng)
+    points, triangles, boundary = triangulate(loops, centres, max_area=4e-3 / 4**4)
+    solutions = [
+        solve_diffusion(points, triangles, boundary == 1, lambda x: np.exp(field(x)), degree=d).u
+        for d in (1, 2)
+    ]
+    u = fine.y[:, 0].double().numpy()
+    assert np.abs(u - solutions[0]).max() < 1e-6 * np.abs(u).max()
+    assert np.abs(u - solutions[1]).max() > 1e-4 * np.abs(u).max()
+    # the same problem as the P2 level below: the fine solution at the coarse nodes agrees
+    mesh = Triangulation(*fine.pos.double().numpy().T, fine.face.T.numpy())
+    at_coarse = LinearTriInterpolator(mesh, u)(*coarse.pos.double().numpy().T)
+    at_coarse = np.where(np.ma.getmaskarray(at_coarse), 0.0, at_coarse)  # boundary: u = 0
+    coarse_u = coarse.y[:, 0].double().numpy()
+    assert np.linalg.norm(at_coarse - coarse_u) / np.linalg.norm(coarse_u) < 0.01

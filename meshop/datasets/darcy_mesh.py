@@ -22,8 +22,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from matplotlib.path import Path as PolygonPath
-from skfem import Basis, BilinearForm, ElementTriP1, ElementTriP2, LinearForm, MeshTri, asm
-from skfem import condense, solve
+from skfem import (
+    Basis,
+    BilinearForm,
+    ElementTriP1,
+    ElementTriP2,
+    LinearForm,
+    MeshTri,
+    asm,
+    condense,
+    solve,
+)
 from skfem.helpers import dot, grad
 
 from meshop._pyg import Data
@@ -35,6 +44,9 @@ from meshop.datasets.grf import CosineSeriesField
 from meshop.errors import ConfigError
 
 COEFFICIENTS = ("lognormal", "threshold")
+#: the finest refinement level solved with P2 elements when no ``degree`` is given: above it the
+#: direct solve of P2 (4 unknowns per node) outgrows the memory (3.5 GB at level 4, ~160k nodes)
+FINEST_P2 = 3
 DOMAIN_CENTER = (0.5, 0.5)
 
 Field = Callable[[np.ndarray], np.ndarray]
@@ -199,9 +211,11 @@ class DarcyMesh(GeneratedDataset):
     - ``weight`` [N]: lumped-mass quadrature weights (summing to the domain's area).
 
     No ``params``: the domain reaches a model only through the mesh. ``refinement`` selects the
-    mesh: level ``l`` bounds the triangle areas by ``max_area / 4**l`` (2x finer per level) for the
-    same domains, boundaries and fields (the same ``seed`` and sizes): train at level 0, evaluate
-    zero-shot at levels 1 and 2 (``meshop evaluate --dataset-arg refinement=2``).
+    mesh: level ``l`` bounds the triangle areas by ``max_area / 4**l`` (2x finer per level, about 4x
+    the nodes) for the same domains, boundaries and fields (the same ``seed`` and sizes): train at
+    level 0, evaluate zero-shot at levels 1 and 2 (``meshop evaluate --dataset-arg refinement=2``),
+    or at level 5 on meshes of about a million nodes (``--dataset-arg num_test=2`` keeps the
+    generation to minutes).
 
     Args:
         root: data root (default ``$MESHOP_DATA`` or the repository's ``datasets/``).
@@ -221,7 +235,9 @@ class DarcyMesh(GeneratedDataset):
         polygon_fraction: share of polygonal outer boundaries (see :func:`random_domain`).
         hole_fraction: share of domains with holes.
         max_holes: most holes in one domain.
-        degree: finite elements, 1 (P1) or 2 (P2).
+        degree: finite elements, 1 (P1) or 2 (P2); None: P2 up to refinement
+            :data:`FINEST_P2`, P1 on the finer levels (their discretisation error is far below
+            a model's).
         transform: PyG transform applied on access.
         progress: show a tqdm progress bar while generating.
     """
@@ -249,7 +265,7 @@ class DarcyMesh(GeneratedDataset):
         polygon_fraction: float = 0.5,
         hole_fraction: float = 0.5,
         max_holes: int = 2,
-        degree: int = 2,
+        degree: int | None = None,
         transform=None,
         progress: bool = True,
     ):
@@ -261,7 +277,11 @@ class DarcyMesh(GeneratedDataset):
                 f"finer) and max_area positive; got refinement={refinement}, max_area={max_area}"
             )
         if min(threshold_values) <= 0 or len(threshold_values) != 2:
-            raise ConfigError(f"threshold_values must be two positive values, got {threshold_values}")
+            raise ConfigError(
+                f"threshold_values must be two positive values, got {threshold_values}"
+            )
+        if degree is None:
+            degree = 2 if refinement <= FINEST_P2 else 1
         if degree not in (1, 2):
             raise ConfigError(f"degree must be 1 (P1) or 2 (P2), got {degree}")
         super().__init__(
