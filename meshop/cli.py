@@ -323,6 +323,12 @@ def _add_predict(sub) -> None:
         "the chunk (default: chunks of 65536 nodes for meshes of more than 131072 nodes, fewer "
         "when memory is short; 0: never chunk)",
     )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (shown on stderr when it is a terminal: the nodes the model's "
+        "layers have gone through)",
+    )
 
 
 def cmd_predict(args) -> int:
@@ -364,6 +370,7 @@ def cmd_predict(args) -> int:
         overwrite=args.overwrite,
         inputs=[n.strip() for n in args.inputs.split(",")] if args.inputs else None,
         chunk_nodes=args.chunk_nodes,
+        progress=not args.no_progress,
     )
     print(f"wrote {path} ({pred.shape[0]} points, {pred.shape[1]} output channels)")
     if args.integrate:

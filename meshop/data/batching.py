@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import torch
 
 from meshop._pyg import Data, DataLoader
@@ -161,12 +164,40 @@ def grid_shape_of(data: Data) -> tuple[int, ...]:
     return tuple(int(s) for s in shape)
 
 
+#: the callbacks of :func:`reporting_chunks` blocks open now, innermost last
+_chunk_reports: list[Callable[[int], None]] = []
+
+
+@contextmanager
+def reporting_chunks(report: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, every chunk of :func:`node_chunks` calls ``report(nodes)`` when the
+    loop over the chunks moves past it (a progress bar of chunked inference: every layer's
+    loops over the nodes go through :func:`node_chunks`)."""
+    _chunk_reports.append(report)
+    try:
+        yield
+    finally:
+        _chunk_reports.remove(report)
+
+
+class _ReportedChunks(list):
+    """The chunks of :func:`node_chunks`, reporting each one's nodes once it is done."""
+
+    def __iter__(self) -> Iterator[slice]:
+        for nodes in super().__iter__():
+            yield nodes
+            for report in _chunk_reports:
+                report(nodes.stop - nodes.start)
+
+
 def node_chunks(n: int, size: int) -> list[slice]:
     """Consecutive ranges of at most ``size`` of ``n`` nodes (the chunks of chunked inference;
-    a chunk may cut a sample, and samples stay whole only by chance)."""
+    a chunk may cut a sample, and samples stay whole only by chance). Inside
+    :func:`reporting_chunks`, iterating them reports each chunk's nodes."""
     if size < 1:
         raise ConfigError(f"a chunk must hold at least one node, got {size}")
-    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+    chunks = [slice(start, min(start + size, n)) for start in range(0, n, size)]
+    return _ReportedChunks(chunks) if _chunk_reports else chunks
 
 
 def part(values: torch.Tensor | None, nodes: slice) -> torch.Tensor | None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from meshop._pyg import Data
 from meshop.data import (
@@ -24,17 +28,154 @@ from meshop.data import (
     split_fields,
     write_mesh,
 )
-from meshop.errors import FieldError, FileExistsMeshopError, MeshError, MeshReadError
-from meshop.nn.chunked import predict_in_chunks
+from meshop.data.batching import reporting_chunks
+from meshop.errors import (
+    ConfigError,
+    FieldError,
+    FileExistsMeshopError,
+    MeshError,
+    MeshReadError,
+)
+from meshop.models import ONO, GalerkinTransformer, Transolver
+from meshop.nn.chunked import (
+    available_memory,
+    default_chunk_nodes,
+    predict_in_chunks,
+    total_nodes,
+)
 from meshop.train.checkpoint import load, load_model
 from meshop.train.config import from_dict
 from meshop.train.data import LatentMesh, check_compatible, field_layout_of
+from meshop.train.normalized import NormalizedModel
+
+#: bytes per node of ``meshop predict`` besides the model: the mesh as meshio reads it (float64
+#: coordinates, the cells, the fields, the file's decoded arrays while reading), the domain's
+#: tensors, the node features and the outputs, and the written file's arrays
+FILE_BYTES_PER_NODE = 600
+#: ``[N, width]`` float32 tensors a model family keeps between its layers (docs/large_meshes.md):
+#: the Transolver its features and a block's output, ONO its two streams and their updates, the
+#: Galerkin Transformer on the input mesh (no latent mesh) its features; PiT and the Galerkin
+#: Transformer on a latent mesh only the input and the output (counted per node above)
+STATE_TENSORS = {Transolver: 2, ONO: 4, GalerkinTransformer: 2}
+#: live float32 tensors of a chunk's widest layer (the layer's input and output, an MLP's hidden
+#: features, attention weights), in units of the model's widest linear layer
+CHUNK_TENSORS = 4
+#: the smallest chunk :func:`check_memory` suggests
+SMALLEST_CHUNK = 1024
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes a prediction on a mesh needs (:func:`memory_estimate`), by part.
+
+    Attributes:
+        file: reading the mesh, its domain, features and outputs, and writing the result.
+        state: the model's tensors of size N between its layers.
+        chunk: one chunk's intermediate tensors (the whole pass when ``chunk_nodes`` is None).
+        chunk_nodes: the chunk the estimate is for (None: unchunked).
+    """
+
+    file: int
+    state: int
+    chunk: int
+    chunk_nodes: int | None
+
+    @property
+    def total(self) -> int:
+        return self.file + self.state + self.chunk
+
+    def __str__(self) -> str:
+        chunks = (
+            "the whole pass at once"
+            if self.chunk_nodes is None
+            else f"chunks of {self.chunk_nodes:,} nodes"
+        )
+        return (
+            f"{_gb(self.total)} (the mesh file, its fields and the written result "
+            f"{_gb(self.file)}, the model's state of size N {_gb(self.state)}, {chunks} "
+            f"{_gb(self.chunk)})"
+        )
+
+
+def _gb(size: int) -> str:
+    return f"{size / 2**30:.1f} GB"
+
+
+def memory_estimate(
+    model: torch.nn.Module, ckpt: dict[str, Any], num_nodes: int, chunk_nodes: int | None = None
+) -> MemoryEstimate:
+    """The memory :func:`predict_file` needs on a mesh of ``num_nodes`` nodes (input nodes plus
+    query points), above what the process holds before (torch, the model), in chunks of
+    ``chunk_nodes`` nodes (None: the default of :func:`~meshop.nn.chunked.predict_in_chunks`;
+    0: unchunked).
+
+    Per node, :data:`FILE_BYTES_PER_NODE` for the file and the domain and :data:`STATE_TENSORS`
+    ``[N, width]`` tensors for the model family's state; per node of a chunk,
+    :data:`CHUNK_TENSORS` float32 tensors as wide as the model's widest linear layer (the whole
+    mesh is one chunk unchunked). A rough estimate: within a factor of 2 of the measured peak
+    for PiT (``tests/test_predict_memory.py``), up to several times the peak of models narrower
+    than the constants assume (``python -m benchmarks.speed.predict_file`` compares it with every
+    model's peak).
+    """
+    inner = model.model if isinstance(model, NormalizedModel) else model
+    if chunk_nodes is None:
+        chunk_nodes = default_chunk_nodes(num_nodes)
+    chunk = min(chunk_nodes or num_nodes, num_nodes)
+    width = inner.config.get("width") or inner.config.get("channels") or 0
+    tensors = next((k for cls, k in STATE_TENSORS.items() if isinstance(inner, cls)), 0)
+    config = from_dict(ckpt["train_config"])
+    if isinstance(inner, GalerkinTransformer) and (config.latent_points or config.latent_grid):
+        tensors = 0
+    linear = [m.out_features for m in inner.modules() if isinstance(m, torch.nn.Linear)]
+    widest = max(linear, default=1)
+    return MemoryEstimate(
+        file=FILE_BYTES_PER_NODE * num_nodes,
+        state=4 * tensors * width * num_nodes,
+        chunk=4 * CHUNK_TENSORS * widest * chunk,
+        chunk_nodes=chunk_nodes or None,
+    )
 
 
 def latent_of(ckpt: dict[str, Any]) -> LatentMesh:
     """The latent-mesh transform a checkpoint's model was trained with."""
     c = from_dict(ckpt["train_config"])
     return LatentMesh(c.latent_points, c.latent_grid, sampling=c.latent_sampling)
+
+
+def check_memory(
+    model: torch.nn.Module,
+    ckpt: dict[str, Any],
+    num_nodes: int,
+    chunk_nodes: int | None = None,
+    what: str = "the mesh",
+) -> MemoryEstimate:
+    """:func:`memory_estimate`, checked against the free memory
+    (:func:`~meshop.nn.chunked.available_memory`; not checked where unknown).
+
+    Raises:
+        ConfigError: it does not fit; the message says how much is needed, by part, and which
+            ``--chunk-nodes`` fits, or that no chunk does (the state of size N alone is too
+            large).
+    """
+    estimate = memory_estimate(model, ckpt, num_nodes, chunk_nodes)
+    free = available_memory()
+    if free is None or estimate.total <= free:
+        return estimate
+    smallest = memory_estimate(model, ckpt, num_nodes, SMALLEST_CHUNK)
+    if smallest.total <= free:
+        room = free - smallest.file - smallest.state
+        fits = 2 ** int(np.log2(room // max(smallest.chunk // SMALLEST_CHUNK, 1)))
+        advice = f"lower it with --chunk-nodes {fits} (Python: chunk_nodes={fits})"
+    else:
+        advice = (
+            f"no --chunk-nodes fits: the mesh and the model's state of size N alone need "
+            f"{_gb(smallest.file + smallest.state)}; free memory, predict at fewer --query "
+            f"points, or use a machine with more memory"
+        )
+    raise ConfigError(
+        f"predicting on {what} ({num_nodes:,} nodes) needs about {estimate}, but "
+        f"{_gb(free)} is available; {advice}"
+    )
 
 
 @torch.no_grad()
@@ -52,6 +193,18 @@ def predict(
     """
     check_compatible(data, ckpt["data"], "the mesh")
     return predict_in_chunks(model, latent_of(ckpt)(data), chunk_nodes)
+
+
+def vtu_points(path: str | os.PathLike) -> int | None:
+    """The number of points a VTK XML file (``.vtu``) declares in its header, read without
+    reading the file (None for other formats or a header without it)."""
+    path = Path(path)
+    if path.suffix.lower() != ".vtu" or not path.is_file():
+        return None
+    with open(path, "rb") as file:
+        head = file.read(2**16)
+    match = re.search(rb'NumberOfPoints="(\d+)"', head)
+    return None if match is None else int(match.group(1))
 
 
 def _read_csv_points(path: Path) -> np.ndarray:
@@ -242,6 +395,7 @@ def predict_file(
     overwrite: bool = False,
     inputs: Sequence[str] | None = None,
     chunk_nodes: int | None = None,
+    progress: bool = False,
 ) -> tuple[Path, torch.Tensor]:
     """Read ``mesh`` (any meshio format), predict at its nodes or at ``query`` points (CSV or mesh
     file), write ``out``: a mesh file with the predictions as point data, or CSV for ``.csv``.
@@ -253,12 +407,19 @@ def predict_file(
 
     Query points may lie anywhere, also outside the mesh the model was trained on; the model then
     extrapolates, and nothing guarantees the accuracy there. Large meshes are predicted in chunks
-    of ``chunk_nodes`` nodes (see :func:`predict`).
+    of ``chunk_nodes`` nodes (see :func:`predict`), ``progress`` shows the nodes the layers have
+    gone through on a tqdm bar (stderr, on a terminal).
+
+    The memory the prediction needs is checked (:func:`check_memory`) before the mesh is read
+    when its header gives its size (``.vtu``), and before the model runs otherwise.
 
     Returns:
         ``(written path, predictions [N_query, C_out])``.
     """
     model, ckpt = load_model(checkpoint)
+    declared = vtu_points(mesh)
+    if declared is not None:
+        check_memory(model, ckpt, declared, chunk_nodes, f"'{mesh}'")
     data, input_layout = read_inputs(ckpt, mesh, inputs, params)
     query_mesh = None
     if query is not None:
@@ -266,7 +427,16 @@ def predict_file(
         set_query_points(data, points)
         if Path(query).suffix.lower() not in (".csv", ".txt"):
             query_mesh = read_mesh(query)
-    pred = predict(model, ckpt, data, chunk_nodes)
+    check_memory(model, ckpt, total_nodes(data), chunk_nodes, f"'{mesh}'")
+    bar = tqdm(
+        desc="predicting",
+        unit="node",
+        unit_scale=True,
+        file=sys.stderr,
+        disable=not progress or None,
+    )
+    with bar, reporting_chunks(bar.update):
+        pred = predict(model, ckpt, data, chunk_nodes)
     fields = split_fields(pred, checkpoint_fields(ckpt, "target"))
     out = Path(out)
     if out.suffix.lower() == ".csv":
