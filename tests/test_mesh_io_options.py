@@ -186,7 +186,7 @@ def test_groups_skip_what_is_not_a_group_and_keep_reading_the_next():
             "gmsh:bounding_entities": [np.array([0]), np.array([0])],
             "probe": [np.array([], dtype=np.int64), np.array([1])],
         },
-        point_sets={"empty": np.array([], dtype=np.int64)},
+        point_sets={"empty": []},  # as a reader may give it: a list
     )
     groups = group_cells(mesh)
     assert list(groups) == ["wall", "probe"]

@@ -70,3 +70,21 @@ def test_argument_errors_of_forward_name_the_layer_and_the_argument():
         layer(x, None, batch, weight[:4])
     with pytest.raises(ConfigError, match=r"^PhysicsAttention is self-attention only"):
         layer(x, None, batch, weight, batch_dst=batch)
+
+
+@pytest.mark.parametrize("sizes", [(6, 6), (6, 4)])
+def test_a_sample_whose_weights_are_all_zero_has_zero_tokens(sizes):
+    """It integrates nothing: its slice tokens are 0, so eq. (3) gives 0 and every node of it
+    gets the output projection's bias (not the tokens of equal weights, although its weights are
+    equal); the other sample is its output alone (equal sizes take the dense path, mixed sizes
+    the loop)."""
+    layer = make_layer()
+    x, batch, weight = batch_of(sizes)
+    weight[: sizes[0]] = 0.0
+    weight[sizes[0] :] = 0.5  # equal within each sample, as a uniform mesh's
+    with torch.no_grad():
+        out = layer(x, None, batch, weight)
+        first, second = out.split(sizes)
+        torch.testing.assert_close(first, layer.lin_out.bias.expand(sizes[0], 8))
+        rest = slice(sizes[0], None)
+        torch.testing.assert_close(second, layer(x[rest], None, None, weight[rest]))
