@@ -82,6 +82,7 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
             "tests/test_groups_integrals.py",
             "tests/test_logs_and_errors.py",
             "tests/test_inference_files.py",
+            "tests/test_prediction_csv.py",
         ],
     ),
     "pit": ("meshop/models/pit.py", ["tests/test_pit.py", "tests/test_pit_reference.py"]),
@@ -162,6 +163,8 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
             "tests/test_point_weights.py",
             "tests/test_distorted_cells.py",
             "tests/test_gmsh_groups.py",
+            "tests/test_degenerate_cells.py",
+            "tests/test_point_cloud_weights.py",
         ],
     ),
     "physics_attention": (
@@ -171,6 +174,8 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
             "tests/test_attention_interface.py",
             "tests/test_weight_scale.py",
             "tests/test_transolver.py",
+            "tests/test_physics_attention_paths.py",
+            "tests/test_physics_attention_batches.py",
         ],
     ),
 }
