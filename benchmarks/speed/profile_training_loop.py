@@ -238,8 +238,8 @@ def table(records: list[dict], epoch: int) -> str:
         rows.append(
             [
                 r["model"],
-                f"{total:.2f} s",
-                *(f"{seconds:.2f} s ({100 * seconds / total:.0f} %)" for seconds in cells),
+                f"{1e3 * total:.0f} ms",
+                *(f"{1e3 * seconds:.0f} ms ({100 * seconds / total:.0f} %)" for seconds in cells),
             ]
         )
     return markdown_table(headers, rows)
@@ -252,7 +252,12 @@ def write(args, records: list[dict]) -> str:
     setup = markdown_table(
         ["model", "batch size", "loading the splits", "preparing the data"],
         [
-            [r["model"], str(r["batch_size"]), f"{r['load_s']:.2f} s", f"{r['prepare_s']:.2f} s"]
+            [
+                r["model"],
+                str(r["batch_size"]),
+                f"{1e3 * r['load_s']:.0f} ms",
+                f"{1e3 * r['prepare_s']:.0f} ms",
+            ]
             for r in records
         ],
     )
