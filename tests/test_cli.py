@@ -331,7 +331,7 @@ def test_train_prints_the_settings_it_resolved_once_before_training(mesh_folder,
     settings = (
         "settings:\n"
         "  model             pit: width=8, heads=2, blocks=1, decoder_blocks=0,\n"
-        "                    lambda_param='tan', periodic=none, weighted=true\n"
+        "                    lambda_param='tan', periodic=none, weighted=true, pointwise=false\n"
         "  receptive fields  encoder_quantile=0.01, decoder_quantile=0.01, encoder_k=4\n"
         "  latent mesh       256 nodes of each sample (fps)\n"  # the folder + pit preset's
         "  optimiser         adam, lr 0.001, weight decay 0, gradient clipping none\n"  # PiT's

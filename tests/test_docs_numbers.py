@@ -197,8 +197,9 @@ def test_demo_table_is_the_recorded_run():
 
 
 CODE_SPAN = re.compile(r"`[^`\n]+`")
-# a formula typed as code: `q k^T`, `softmax(...)`, `sqrt(...)`, `sum_i ...`, `O(N^2)`
-FORMULA = re.compile(r"\^[-\w{(]|softmax\(|sqrt\(|\bsum_|\bO\(")
+# a formula typed as code: `q k^T`, `softmax(...)`, `sqrt(...)`, `sum_i ...`, `O(N^2)` (not a
+# name such as `sum_over_chunks`)
+FORMULA = re.compile(r"\^[-\w{(]|softmax\(|sqrt\(|\bsum_(\w\b|\{)|\bO\(")
 
 
 def code_formulas(text: str) -> list[str]:
@@ -223,3 +224,7 @@ def test_code_formula_pattern():
         "`z = softmax(q k^T / sqrt(D)) v`"
     ]
     assert not code_formulas("`torch.nn.functional.softmax` and `quantile=0.02`")
+    assert code_formulas("`sum_i w_i x_i`, `sum_{i} x_i` and `sum_over_chunks`") == [
+        "`sum_i w_i x_i`",
+        "`sum_{i} x_i`",
+    ]
