@@ -31,3 +31,9 @@ def test_split_mesh_times_one_and_two_processes(tmp_path):
     records = json.loads((tmp_path / "split_mesh.json").read_text())["records"]
     assert [r["processes"] for r in records] == [1, 2]
     assert all(r["time_s"] > 0 and r["peak_mb"] > 0 for r in records)
+
+
+def test_large_meshes_measures_the_sizes_it_is_given(tmp_path):
+    large_meshes.main(["--models", "mlp", "--sizes", "1000,3e3", "--out", str(tmp_path)])
+    records = json.loads((tmp_path / "large_meshes.json").read_text())["records"]
+    assert {r["n"] for r in records} == {1000, 3000}

@@ -109,9 +109,13 @@ def main(argv=None) -> None:
     extra.add_argument("--whole-up-to", type=int, default=1_000_000)
     extra.add_argument("--train-up-to", type=int, default=1_000_000)
     extra.add_argument("--models", default=",".join(MODELS))
+    extra.add_argument("--sizes", default=None, help="comma-separated node counts")
     options, rest = extra.parse_known_args(argv)
     args = parse_args(__doc__.splitlines()[0], rest)
     chunk = 1000 if args.quick else options.chunk_nodes
+    chosen = sizes(args.quick)
+    if options.sizes:
+        chosen = [int(float(n)) for n in options.sizes.split(",")]
     records = []
     modes = [
         ("whole", 0, False),
@@ -120,7 +124,7 @@ def main(argv=None) -> None:
         ("train, chunks", chunk, True),
     ]
     for model in options.models.split(","):
-        for n in sizes(args.quick):
+        for n in chosen:
             for mode, chunk_nodes, train in modes:
                 if n > largest(chunk_nodes, train, options):
                     continue
@@ -136,6 +140,10 @@ def main(argv=None) -> None:
                     max_repeats=1,
                 )
                 records.append(record)
+                write(records, chunk, args)  # after every case: a cut run keeps what it measured
+
+
+def write(records: list[dict], chunk: int, args) -> None:
     write_results(
         "large_meshes",
         "Inference on large meshes: every model whole and in chunks",
