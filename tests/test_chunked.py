@@ -205,6 +205,7 @@ def test_streamed_position_attention_merges_its_blocks_exactly(periodic):
     torch.manual_seed(0)
     layer = PositionAttention(8, 8, heads=2, periodic=periodic, chunk_elements=16).double()
     pos, x = torch.rand(90, 2, dtype=torch.float64), torch.randn(90, 8, dtype=torch.float64)
+    x.requires_grad_(True)
     batch = torch.repeat_interleave(torch.arange(2), torch.tensor([60, 30]))
     weight = torch.rand(90, dtype=torch.float64)
     targets, target_batch = torch.rand(20, 2, dtype=torch.float64), torch.tensor([0] * 12 + [1] * 8)
@@ -212,6 +213,27 @@ def test_streamed_position_attention_merges_its_blocks_exactly(periodic):
     # 4 x 16 distances per block: one source at a time, the running maximum rescaled often
     out = layer.attend_streamed(lambda nodes: x[nodes], pos, batch, weight, targets, target_batch)
     assert relative_error(out, reference) < 1e-12
+    # the checkpointed blocks give the gradients of the whole layer
+    probe = torch.randn_like(out)
+    grads = [torch.autograd.grad((o * probe).sum(), (x, layer.theta)) for o in (out, reference)]
+    for streamed, whole in zip(*grads):
+        assert relative_error(streamed, whole) < 1e-10
+
+
+def test_streamed_attention_keeps_one_block_for_the_backward():
+    torch.manual_seed(0)
+    layer = PositionAttention(8, 8, heads=2, chunk_elements=1000).double()
+    pos, x = torch.rand(4000, 2, dtype=torch.float64), torch.randn(4000, 8, dtype=torch.float64)
+    batch = torch.zeros(4000, dtype=torch.long)
+    targets = torch.rand(50, 2, dtype=torch.float64)
+    x.requires_grad_(True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: saved.append(t.numel()) or t, lambda t: t
+    ):
+        layer.attend_streamed(lambda nodes: x[nodes], pos, batch, None, targets, batch[:50])
+    # every block's [2, 50, 40] logits kept would be 2 x 50 x 4000 = 400,000 numbers, several times
+    assert sum(saved) < 400_000 / 2
 
 
 def test_a_sample_without_query_points_in_a_batch_of_chunks():

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from meshop.data.neighbors import box_lengths, equal_sizes, minimum_image, sample_slices
 from meshop.nn.interface import check_inputs
@@ -249,8 +250,10 @@ class PositionAttention(PositionKernel):
         with a running maximum :math:`m_i` per head, :math:`\sum_k w_k e^{s_{ik} - m_i} v_k`
         and :math:`\sum_k w_k e^{s_{ik} - m_i}`, both rescaled when :math:`m_i` grows: the
         same formula as :meth:`forward`, exact in any blocking. The distances are computed
-        directly (minimum-image when periodic), at most ``4 * chunk_elements`` per block.
-        Chunked inference (:mod:`meshop.nn.chunked`) calls it with chunks of targets."""
+        directly (minimum-image when periodic), at most ``4 * chunk_elements`` per block; under
+        autograd every block is checkpointed, so that a training step keeps one block's
+        ``[H, N_dst, n]`` tensors, not every block's. Chunked evaluation (:mod:`meshop.nn.chunked`)
+        calls it with chunks of targets."""
         lam = self.lam
         log_w = log_weight(weight, pos)
         box = None if self.periodic is None else box_lengths(self.periodic, pos.shape[1], pos)
@@ -260,9 +263,10 @@ class PositionAttention(PositionKernel):
             if n_dst == 0 or src.stop == src.start:
                 continue
             step = max(1, 4 * self.chunk_elements // (n_dst * self.heads))
-            num = den = top = None
-            for start in range(src.start, src.stop, step):
-                block = slice(start, min(start + step, src.stop))
+
+            def sums(block, dst=dst):
+                """One block of sources' softmax sums, shifted by their own maximum ``top``
+                (detached: any shift gives the same quotient): ``(sum p v, sum p, top)``."""
                 v = self.lin_v(source(block)).view(-1, self.heads, self.head_channels)
                 delta = pos_dst[dst, None] - pos[None, block]  # [n_dst, n, D]
                 if box is not None:
@@ -270,15 +274,24 @@ class PositionAttention(PositionKernel):
                 logits = -lam.view(-1, 1, 1) * delta.square().sum(-1)  # [H, n_dst, n]
                 if log_w is not None:
                     logits = logits + log_w[block]
-                new_top = logits.amax(-1) if top is None else torch.maximum(top, logits.amax(-1))
-                p = torch.exp(logits - new_top[..., None])
-                part = p.to(v.dtype) @ v.transpose(0, 1)  # [H, n_dst, C_h]
-                if num is None:
-                    num, den = part, p.sum(-1)
+                top = logits.amax(-1).detach()
+                p = torch.exp(logits - top[..., None])
+                return p.to(v.dtype) @ v.transpose(0, 1), p.sum(-1), top  # [H, n_dst, C_h]
+
+            num = den = top = None
+            for start in range(src.start, src.stop, step):
+                block = slice(start, min(start + step, src.stop))
+                if torch.is_grad_enabled():  # the block's [H, n_dst, n] tensors recomputed
+                    part, mass, block_top = checkpoint(sums, block, use_reentrant=False)
                 else:
-                    rescale = torch.exp(top - new_top)
-                    num = num * rescale[..., None].to(num.dtype) + part
-                    den = den * rescale + p.sum(-1)
+                    part, mass, block_top = sums(block)
+                if num is None:
+                    num, den, top = part, mass, block_top
+                    continue
+                new_top = torch.maximum(top, block_top)
+                old, new = torch.exp(top - new_top), torch.exp(block_top - new_top)
+                num = num * old[..., None].to(num.dtype) + part * new[..., None].to(num.dtype)
+                den = den * old + mass * new
                 top = new_top
             out[dst] = (num / den[..., None].to(num.dtype)).transpose(0, 1).to(out.dtype)
         return out.view(len(pos_dst), self.out_channels)
