@@ -37,3 +37,26 @@ def test_large_meshes_measures_the_sizes_it_is_given(tmp_path):
     large_meshes.main(["--models", "mlp", "--sizes", "1000,3e3", "--out", str(tmp_path)])
     records = json.loads((tmp_path / "large_meshes.json").read_text())["records"]
     assert {r["n"] for r in records} == {1000, 3000}
+
+
+def test_the_summary_checks_the_large_mesh_aims_model_by_model():
+    from benchmarks.report import summary
+
+    def record(model, n, mode, gb):
+        return dict(model=model, n=n, mode=mode, time_s=10.0, total_peak_mb=gb * 1024)
+
+    records = [record("pit", 10**7, "chunks", 2.5), record("ono", 10**7, "chunks", 7.0)]
+    records += [record(m, 10**6, "train, chunks", 1.0) for m in summary.LARGE_NAMES]
+    records[-1]["total_peak_mb"] = 5 * 1024  # the MLP over 4 GB
+    (inference, training), (short, _) = summary._large_meshes(
+        {"large_meshes": {"records": records}}
+    )
+    assert inference[1] == "PiT 10.00 s, 2.50 GB; ONO 10.00 s, 7.00 GB"
+    assert inference[2] == "met; not measured: Galerkin Transformer, Transolver, MLP"
+    assert training[2] == "not met (MLP)"
+    assert short[1] == inference[1]
+    records[0]["total_peak_mb"] = 3.5 * 1024  # PiT's own aim is 3 GB
+    assert summary._large_meshes({"large_meshes": {"records": records}})[0][0][2].startswith(
+        "not met (PiT)"
+    )
+    assert summary._large_meshes({})[0][0][1:] == ["not measured", ""]

@@ -58,6 +58,7 @@ SOURCES = (
     "models_2threads",
     "linear_attention",
     "speed_vs_reference",
+    "large_meshes",
 )
 #: the aims the headline table checks
 CROSS_SRC, CROSS_DST, CROSS_RATIO = 10**5, 4096, 10.0
@@ -65,6 +66,17 @@ BIG_SRC, BIG_GB = 10**6, 4.0
 LOCAL_SRC, LOCAL_SPEEDUP = 10**4, 10.0
 PIT_NODES, PIT_SPEEDUP = 972, 20.0
 INFERENCE_NODES = 10**6
+#: the large-mesh aims (issue 30): inference at HUGE nodes under the peaks below, training steps
+#: at TRAIN_NODES under TRAIN_GB
+HUGE, HUGE_GB = 10**7, {"pit": 3.0}
+HUGE_OTHERS_GB, TRAIN_NODES, TRAIN_GB = 8.0, 10**6, 4.0
+LARGE_NAMES = {
+    "pit": "PiT",
+    "galerkin": "Galerkin Transformer",
+    "ono": "ONO",
+    "transolver": "Transolver",
+    "mlp": "MLP",
+}
 NOT_MEASURED = "not measured"
 #: the training-step aims against the papers' code: (what, cases of training_vs_reference, aim)
 REFERENCE_AIMS = (
@@ -370,6 +382,56 @@ def _pit_inference(data: dict) -> tuple[list[str], list[str]]:
     return [aim, "; ".join(parts), verdict], [what, "; ".join(short)]
 
 
+def _large(data: dict, mode: str, n: int, limit) -> tuple[list[str], str]:
+    """Per model: time and total peak of ``mode`` at ``n`` nodes in ``large_meshes``, and the
+    verdict: every model under its ``limit(model)`` GB, naming those not measured."""
+    parts, over, missing = [], [], []
+    for model, name in LARGE_NAMES.items():
+        record = find(data, "large_meshes", model=model, n=n, mode=mode)
+        if record is None:
+            missing.append(name)
+            continue
+        total = record["total_peak_mb"]
+        parts.append(f"{name} {fmt_time(record['time_s'])}, {fmt_mb(total)}")
+        if total > limit(model) * 1024:
+            over.append(name)
+    if not parts:
+        return parts, ""
+    verdict = f"not met ({', '.join(over)})" if over else "met"
+    if missing:
+        verdict += f"; not measured: {', '.join(missing)}"
+    return parts, verdict
+
+
+def _large_meshes(data: dict) -> tuple[list[list[str]], list[list[str]]]:
+    """Inference on 1e7 nodes and training steps on 1e6, every model in chunks."""
+    cases = (
+        (
+            f"inference on a {fmt_count(HUGE)}-node mesh in chunks, every model: PiT under "
+            f"{HUGE_GB['pit']:g} GB, the others under {HUGE_OTHERS_GB:g} GB",
+            f"inference on a {fmt_count(HUGE)}-node mesh in chunks (time, process peak)",
+            "chunks",
+            HUGE,
+            lambda model: HUGE_GB.get(model, HUGE_OTHERS_GB),
+        ),
+        (
+            f"a training step on a {fmt_count(TRAIN_NODES)}-node sample in checkpointed chunks, "
+            f"every model under {TRAIN_GB:g} GB",
+            f"training step on a {fmt_count(TRAIN_NODES)}-node sample in chunks",
+            "train, chunks",
+            TRAIN_NODES,
+            lambda model: TRAIN_GB,
+        ),
+    )
+    headline, readme = [], []
+    for aim, what, mode, n, limit in cases:
+        parts, verdict = _large(data, mode, n, limit)
+        measured = "; ".join(parts) if parts else NOT_MEASURED
+        headline.append([aim, measured, verdict])
+        readme.append([what, measured])
+    return headline, readme
+
+
 def _linear(data: dict) -> tuple[list[str], list[str]]:
     aim = "Galerkin, linear and Fourier attention linear in n, softmax quadratic (Galerkin Table 1)"
     records = [r for r in data.get("linear_attention", {}).get("records", []) if "time_s" in r]
@@ -466,7 +528,8 @@ def rows(data: dict[str, dict]) -> tuple[list[list[str]], list[list[str]]]:
     headline.append(long)
     readme.append(short)
     long_rows, short_rows = _reference(data)
-    return headline + long_rows, readme + short_rows
+    large_long, large_short = _large_meshes(data)
+    return headline + long_rows + large_long, readme + short_rows + large_short
 
 
 def measured_on(data: dict[str, dict]) -> str:
