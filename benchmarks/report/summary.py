@@ -529,7 +529,7 @@ def rows(data: dict[str, dict]) -> tuple[list[list[str]], list[list[str]]]:
     readme.append(short)
     long_rows, short_rows = _reference(data)
     large_long, large_short = _large_meshes(data)
-    return headline + long_rows + large_long, readme + short_rows + large_short
+    return headline + large_long + long_rows, readme + large_short + short_rows
 
 
 def measured_on(data: dict[str, dict]) -> str:
