@@ -8,6 +8,7 @@ import torch
 from meshop.errors import ConfigError
 from meshop.nn.quadrature import (
     add_log_weight,
+    chunk_weight,
     equal_weight,
     log_weight,
     log_weight_mask,
@@ -89,3 +90,11 @@ def test_log_weight_of_a_zero_weight_is_finite_and_bad_weights_are_refused():
     for bad in (torch.tensor([1.0, -0.5]), torch.tensor([1.0, float("nan")])):
         with pytest.raises(ConfigError, match="finite and >= 0"):
             log_weight(bad, torch.zeros(1))
+
+
+def test_a_chunks_weights_are_ones_without_weights_and_take_the_asked_dtype():
+    x = torch.zeros(3, 2, dtype=torch.float32)
+    assert torch.equal(chunk_weight(None, x), torch.ones(3))
+    weight = torch.tensor([0.5, 0.25, 2.0])
+    assert torch.equal(chunk_weight(weight, x, torch.float64), weight.double())
+    assert chunk_weight(weight.double(), x).dtype == torch.float32

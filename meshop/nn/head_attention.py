@@ -17,7 +17,7 @@ from meshop.data.neighbors import equal_sizes
 from meshop.data.weights import default_weight
 from meshop.errors import ConfigError
 from meshop.nn.interface import check_inputs
-from meshop.nn.quadrature import equal_weight
+from meshop.nn.quadrature import chunk_weight, equal_weight
 
 
 class HeadLayerNorm(nn.Module):
@@ -255,7 +255,7 @@ class HeadAttention(nn.Module):
         (:meth:`merge_integrals`)."""
         k = self._node_projection("k", self.lin_k, x, pos)  # [heads, n, e]
         v = self._node_projection("v", self.lin_v, x, pos)
-        w = _chunk_weight(weight, x)
+        w = chunk_weight(weight, x)
         e = k.shape[-1]
         sums = {"kv": x.new_zeros(num_samples, self.heads, e, e), "mass": x.new_zeros(num_samples)}
         for sample, nodes in sample_ranges(batch, num_samples):
@@ -306,14 +306,6 @@ class HeadAttention(nn.Module):
             f"{self.__class__.__name__}({self.channels}, pos_dim={self.pos_dim}, "
             f"heads={self.heads}, layer_norm={self.layer_norm}, dropout={self.dropout})"
         )
-
-
-def _chunk_weight(weight: Tensor | None, like: Tensor) -> Tensor:
-    """A chunk's quadrature weights in the dtype of ``like`` (ones when None: the integrals are
-    normalised per sample, so equal weights need not know the sample's size)."""
-    if weight is None:
-        return torch.ones(len(like), dtype=like.dtype, device=like.device)
-    return weight.to(like.dtype)
 
 
 __all__ = ["HeadAttention", "HeadLayerNorm"]

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from meshop.data.batching import sample_ranges
 from meshop.nn.head_attention import HeadAttention
-from meshop.nn.quadrature import equal_weight, log_weight_mask
+from meshop.nn.quadrature import chunk_weight, equal_weight, log_weight_mask
 
 
 class LinearAttention(HeadAttention):
@@ -62,7 +62,7 @@ class LinearAttention(HeadAttention):
         e^{\hat K_j - m}` (``"mass"`` [B, heads, e])."""
         k = self._node_projection("k", self.lin_k, x, pos)  # [heads, n, e]
         v = self._node_projection("v", self.lin_v, x, pos)
-        w = x.new_ones(len(x)) if weight is None else weight.to(x.dtype)
+        w = chunk_weight(weight, x)
         logits = k + w.clamp_min(torch.finfo(k.dtype).tiny).log()[None, :, None]
         e = k.shape[-1]
         sums = {

@@ -12,7 +12,12 @@ from meshop.data.neighbors import equal_sizes
 from meshop.errors import ConfigError
 from meshop.nn.chunked import mesh_group
 from meshop.nn.interface import check_inputs
-from meshop.nn.quadrature import normalised_equal_weight, normalised_weight, weighted_count
+from meshop.nn.quadrature import (
+    chunk_weight,
+    normalised_equal_weight,
+    normalised_weight,
+    weighted_count,
+)
 
 INNER_PRODUCTS = ("mean", "sum")
 ORTHONORMALIZATIONS = ("sample", "batch")
@@ -322,7 +327,7 @@ class OrthogonalAttention(nn.Module):
         :math:`\sum_i w_i q_i q_i^\top` (``"qq"``), :math:`\sum_i w_i` (``"mass"``), the number
         of positive weights (``"count"``) and of nodes (``"nodes"``); the shares add up."""
         q = self.lin_q(g).to(torch.float64)
-        w = _chunk_weight64(weight, g)
+        w = chunk_weight(weight, g, torch.float64)
         sums = {
             "qq": q.new_zeros(num_samples, self.k, self.k),
             "mass": q.new_zeros(num_samples),
@@ -368,7 +373,7 @@ class OrthogonalAttention(nn.Module):
         \sum_{i \in b} \bar w_i \psi_i h_i^\top` ``[B, k, d]``; ``factors`` and ``sums`` from
         :meth:`factors` and :meth:`moments`; the shares add up."""
         dtype = torch.promote_types(h.dtype, torch.float32)
-        w = _chunk_weight64(weight, g)
+        w = chunk_weight(weight, g, torch.float64)
         inner = h.new_zeros(len(factors), self.k, h.shape[1], dtype=dtype)
         for sample, nodes in sample_ranges(batch, len(factors)):
             psi = self._chunk_eigenfunctions(g[nodes], factors[sample], dtype)
@@ -401,14 +406,6 @@ class OrthogonalAttention(nn.Module):
             f"orthonormalize={self.orthonormalize!r}, momentum={self.momentum}, "
             f"inner_product={self.inner_product!r}"
         )
-
-
-def _chunk_weight64(weight: Tensor | None, like: Tensor) -> Tensor:
-    """A chunk's quadrature weights in float64 (ones when None: the moments are normalised per
-    sample)."""
-    if weight is None:
-        return torch.ones(len(like), dtype=torch.float64, device=like.device)
-    return weight.to(torch.float64)
 
 
 def _num_samples(batch: Tensor, batch_dst: Tensor | None) -> int:

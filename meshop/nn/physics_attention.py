@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from meshop.data.batching import sample_ranges
 from meshop.errors import ConfigError
 from meshop.nn.interface import check_inputs
+from meshop.nn.quadrature import chunk_weight
 
 
 class PhysicsAttention(nn.Module):
@@ -224,7 +225,7 @@ class PhysicsAttention(nn.Module):
         :math:`\sum_i w_i s_{ij}` ``[B, H, M]``; the chunks' shares add up."""
         s = self._slice_weights(x)  # [H, n, M]
         fx = self.lin_fx(x).view(len(x), self.heads, self.head_channels).transpose(0, 1)
-        w = x.new_ones(len(x)) if weight is None else weight.to(fx.dtype)
+        w = chunk_weight(weight, x, fx.dtype)
         features = x.new_zeros(num_samples, self.heads, self.slices, self.head_channels)
         mass = x.new_zeros(num_samples, self.heads, self.slices)
         for sample, nodes in sample_ranges(batch, num_samples):

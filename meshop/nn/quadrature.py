@@ -54,6 +54,16 @@ def equal_weight(weight: Tensor | None, b: int, m: int, like: Tensor) -> Tensor:
     return weight[:, :1] if uniform else weight
 
 
+def chunk_weight(weight: Tensor | None, like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """The quadrature weights of a chunk of nodes for an integral accumulated over chunks, in
+    ``dtype`` (that of ``like`` when None): ones when ``weight`` is None, since every layer
+    normalises its integrals per sample and equal weights need not know the sample's size."""
+    dtype = like.dtype if dtype is None else dtype
+    if weight is None:
+        return torch.ones(len(like), dtype=dtype, device=like.device)
+    return weight.to(dtype)
+
+
 def weighted_count(w: Tensor, batch: Tensor, num_samples: int) -> Tensor:
     """Number of nodes with a positive weight in every sample, ``[B]``."""
     return scatter((w > 0).to(w.dtype), batch, dim=0, dim_size=num_samples, reduce="sum")
@@ -105,6 +115,7 @@ def log_weight_mask(weight: Tensor, mask: Tensor, dtype) -> Tensor:
 
 __all__ = [
     "add_log_weight",
+    "chunk_weight",
     "equal_weight",
     "log_weight",
     "log_weight_mask",
