@@ -60,3 +60,20 @@ def test_the_summary_checks_the_large_mesh_aims_model_by_model():
         "not met (PiT)"
     )
     assert summary._large_meshes({})[0][0][1:] == ["not measured", ""]
+
+
+def test_growth_exponents_compare_a_case_with_its_own_smaller_size():
+    from benchmarks.lib.common import growth_exponent
+
+    records = [
+        dict(model="a", n=10, time_s=1.0),
+        dict(model="b", n=100, time_s=1.0),
+        dict(model="a", n=100, time_s=10.0),
+        dict(model="a", n=1000, time_s=1000.0),
+        dict(model="a", n=10000, time_s=0.0),
+    ]
+    assert growth_exponent(records, records[2], same=("model",)) == "1.00"
+    assert growth_exponent(records, records[3], same=("model",)) == "2.00"
+    assert growth_exponent(records, records[1], same=("model",)) == "-"  # nothing smaller
+    assert growth_exponent(records, records[4], same=("model",)) == "-"  # no positive value
+    assert growth_exponent(records, records[1]) == "0.00"  # without keys: against a at 10

@@ -24,6 +24,7 @@ import argparse
 import datetime
 import gc
 import json
+import math
 import multiprocessing as mp
 import os
 import platform
@@ -359,6 +360,28 @@ def fmt_count(n: int) -> str:
     """1000 -> 1e3, 4096 -> 4096."""
     exponent = len(str(n)) - 1
     return f"1e{exponent}" if n >= 1000 and n == 10**exponent else str(n)
+
+
+def growth_exponent(
+    records: Sequence[dict], record: dict, field: str = "time_s", same: Sequence[str] = ()
+) -> str:
+    """The growth exponent of ``field`` from the largest smaller ``n`` of the records that agree
+    with ``record`` on the keys ``same``: log(f2 / f1) / log(n2 / n1), 1 for linear growth, 2 for
+    quadratic; ``-`` without such a record or a positive value."""
+    earlier = [
+        r
+        for r in records
+        if all(r.get(key) == record.get(key) for key in same)
+        and r["n"] < record["n"]
+        and field in r
+    ]
+    if not earlier or record.get(field, 0) <= 0:
+        return "-"
+    previous = max(earlier, key=lambda r: r["n"])
+    if previous[field] <= 0:
+        return "-"
+    ratio = math.log(record[field] / previous[field])
+    return f"{ratio / math.log(record['n'] / previous['n']):.2f}"
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -13,13 +13,12 @@ scores (quadratic in n, through fused scaled-dot-product attention).
 
 from __future__ import annotations
 
-import math
-
 from benchmarks.lib.common import (
     dense_estimate,
     devices,
     fmt_mb,
     fmt_time,
+    growth_exponent,
     markdown_table,
     parse_args,
     progress,
@@ -104,23 +103,6 @@ def main(argv=None) -> None:
     )
 
 
-def slope(records: list[dict], record: dict) -> str:
-    """Growth exponent of the time since the previous n: 1 is linear, 2 quadratic."""
-    earlier = [
-        r
-        for r in records
-        if r["device"] == record["device"]
-        and r["attention"] == record["attention"]
-        and r["n"] < record["n"]
-        and "time_s" in r
-    ]
-    if not earlier or "time_s" not in record:
-        return "-"
-    previous = max(earlier, key=lambda r: r["n"])
-    growth = math.log(record["time_s"] / previous["time_s"])
-    return f"{growth / math.log(record['n'] / previous['n']):.2f}"
-
-
 def table(records: list[dict], device: str) -> str:
     rows = []
     for r in records:
@@ -141,7 +123,7 @@ def table(records: list[dict], device: str) -> str:
                 NAMES[r["attention"]],
                 r["n"],
                 fmt_time(result_of(r, "time_s")),
-                slope(records, r),
+                growth_exponent(records, r, same=("device", "attention")),
                 ratio,
                 fmt_mb(result_of(r, "peak_mb")),
                 r.get("skipped") or r.get("error", ""),

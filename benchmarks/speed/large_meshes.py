@@ -31,12 +31,11 @@ growth exponent of the time between consecutive N is 1 for linear growth.
 
 from __future__ import annotations
 
-import math
-
 from benchmarks.lib.common import (
     fmt_count,
     fmt_mb,
     fmt_time,
+    growth_exponent,
     markdown_table,
     parse_args,
     progress,
@@ -162,22 +161,6 @@ def largest(chunk_nodes: int, train: bool, options) -> float:
     return options.train_up_to if train else float("inf")
 
 
-def growth(records: list[dict], record: dict) -> str:
-    """Growth exponent of the time since the previous N of the same model and mode."""
-    earlier = [
-        r
-        for r in records
-        if (r["model"], r["mode"]) == (record["model"], record["mode"])
-        and r["n"] < record["n"]
-        and "time_s" in r
-    ]
-    if not earlier or "time_s" not in record:
-        return "-"
-    previous = max(earlier, key=lambda r: r["n"])
-    ratio = math.log(record["time_s"] / previous["time_s"])
-    return f"{ratio / math.log(record['n'] / previous['n']):.2f}"
-
-
 def table(records: list[dict]) -> str:
     rows = [
         [
@@ -185,7 +168,7 @@ def table(records: list[dict]) -> str:
             fmt_count(r["n"]),
             r["mode"],
             fmt_time(result_of(r, "time_s")),
-            growth(records, r),
+            growth_exponent(records, r, same=("model", "mode")),
             fmt_mb(result_of(r, "peak_mb")),
             fmt_mb(result_of(r, "total_peak_mb")),
             r.get("error", ""),

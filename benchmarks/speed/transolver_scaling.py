@@ -17,13 +17,12 @@ call; see ``lib/common.py``).
 
 from __future__ import annotations
 
-import math
-
 from benchmarks.lib.common import (
     devices,
     fmt_count,
     fmt_mb,
     fmt_time,
+    growth_exponent,
     markdown_table,
     parse_args,
     progress,
@@ -36,6 +35,8 @@ from benchmarks.lib.common import (
 LAYER = dict(channels=128, heads=8, slices=64)
 #: the model as ``meshop train`` builds it on the CPU datasets (meshop.train.presets)
 MODEL = dict(width=64, layers=4, heads=4, slices=32)
+#: the fields that name a case: its growth is measured against the same case's smaller N
+CASE_KEYS = ("device", "case")
 CASES = {
     "layer": "PhysicsAttention(128, heads=8, slices=64)",
     "model": "Transolver(width=64, layers=4, heads=4, slices=32)",
@@ -99,34 +100,15 @@ def main(argv=None) -> None:
     )
 
 
-def growth(records: list[dict], record: dict, field: str) -> str:
-    """Growth exponent of ``field`` since the previous N of the same case: 1 is linear."""
-    earlier = [
-        r
-        for r in records
-        if r["device"] == record["device"]
-        and r["case"] == record["case"]
-        and r["n"] < record["n"]
-        and field in r
-    ]
-    if not earlier or field not in record or record[field] <= 0:
-        return "-"
-    previous = max(earlier, key=lambda r: r["n"])
-    if previous[field] <= 0:
-        return "-"
-    ratio = math.log(record[field] / previous[field])
-    return f"{ratio / math.log(record['n'] / previous['n']):.2f}"
-
-
 def table(records: list[dict], device: str) -> str:
     rows = [
         [
             CASES[r["case"]],
             fmt_count(r["n"]),
             fmt_time(result_of(r, "time_s")),
-            growth(records, r, "time_s"),
+            growth_exponent(records, r, "time_s", CASE_KEYS),
             fmt_mb(result_of(r, "peak_mb")),
-            growth(records, r, "peak_mb"),
+            growth_exponent(records, r, "peak_mb", CASE_KEYS),
             r.get("error", ""),
         ]
         for r in records
