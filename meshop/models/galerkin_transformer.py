@@ -10,10 +10,10 @@ from torch import Tensor, nn
 
 from meshop._pyg import Data
 from meshop.data.batching import (
+    checked_features,
     grid_shape_of,
     latent_nodes,
     node_batch,
-    node_features,
     num_samples,
     query_nodes,
 )
@@ -362,19 +362,9 @@ class GalerkinTransformer(nn.Module):
 
     def _features(self, data: Data) -> Tensor:
         """The node features, checked against the model's dimension and input channels."""
-        if data.pos.shape[1] != self.pos_dim:
-            raise ConfigError(
-                f"the model was built for {self.pos_dim}D coordinates but the data is "
-                f"{data.pos.shape[1]}D"
-            )
-        x = node_features(data)
-        if x.shape[1] != self.config["in_channels"]:
-            raise ConfigError(
-                f"the model expects {self.config['in_channels']} input channels (node_features: "
-                f"x, pos, params) but the data has {x.shape[1]}; build it with "
-                f"in_channels={x.shape[1]}"
-            )
-        return x
+        return checked_features(
+            data, self.pos_dim, self.config["in_channels"], "the GalerkinTransformer"
+        )
 
     def _encode(self, h: Tensor, pos: Tensor, batch: Tensor, weight: Tensor | None) -> Tensor:
         for layer in self.encoder:

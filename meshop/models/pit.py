@@ -9,9 +9,9 @@ from torch import Tensor, nn
 
 from meshop._pyg import Data
 from meshop.data.batching import (
+    checked_features,
     latent_nodes,
     node_batch,
-    node_features,
     node_set_weights,
     query_features,
     query_nodes,
@@ -250,19 +250,7 @@ class PiT(nn.Module):
 
     def _features(self, data: Data) -> Tensor:
         """The node features, checked against the model's dimension and input channels."""
-        if data.pos.shape[1] != self.pos_dim:
-            raise ConfigError(
-                f"the model was built for {self.pos_dim}D coordinates but the data is "
-                f"{data.pos.shape[1]}D"
-            )
-        features = node_features(data)
-        if features.shape[1] != self.lift.in_features:
-            raise ConfigError(
-                f"the model expects {self.lift.in_features} input channels (node_features: x, "
-                f"pos, params) but the data has {features.shape[1]}; build PiT with "
-                f"in_channels={features.shape[1]}"
-            )
-        return features
+        return checked_features(data, self.pos_dim, self.lift.in_features, "PiT")
 
     def extra_repr(self) -> str:
         c = self.config
