@@ -66,7 +66,7 @@ BIG_SRC, BIG_GB = 10**6, 4.0
 LOCAL_SRC, LOCAL_SPEEDUP = 10**4, 10.0
 PIT_NODES, PIT_SPEEDUP = 972, 20.0
 INFERENCE_NODES = 10**6
-#: the large-mesh aims (issue 30): inference at HUGE nodes under the peaks below, training steps
+#: the large-mesh aims: inference at HUGE nodes under the peaks below, training steps
 #: at TRAIN_NODES under TRAIN_GB
 HUGE, HUGE_GB = 10**7, {"pit": 3.0}
 HUGE_OTHERS_GB, TRAIN_NODES, TRAIN_GB = 8.0, 10**6, 4.0
