@@ -118,6 +118,31 @@ def test_adam_is_plain_adam_with_l2_weight_decay_not_adamw():
     assert optimizer.param_groups[0]["weight_decay"] == 1e-2
 
 
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_the_optimiser_takes_the_fused_kernel_and_updates_as_the_unfused_one(name):
+    from meshop.train.optim import fusable
+
+    torch.manual_seed(0)
+    config = TrainConfig(optimizer=name, lr=1e-2, weight_decay=1e-2)
+    models = [torch.nn.Linear(3, 2).double() for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    fused = build_optimizer(models[0], config)
+    assert fused.param_groups[0]["fused"] is True
+    cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+    plain = cls(models[1].parameters(), lr=1e-2, weight_decay=1e-2, foreach=False)
+    for _ in range(5):
+        x = torch.randn(4, 3, dtype=torch.float64)
+        for model, opt in zip(models, (fused, plain)):
+            opt.zero_grad()
+            model(x).square().sum().backward()
+            opt.step()
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(a, b)
+    assert fusable([]) is None  # no parameters: PyTorch's choice
+    assert fusable([torch.zeros(2), torch.zeros(2, dtype=torch.int64)]) is None
+    assert fusable([torch.zeros(2, device="meta")]) is None  # a device without the kernel
+
+
 def test_onecycle_schedule_peaks_after_the_configured_fraction_of_steps():
     opt = build_optimizer(torch.nn.Linear(2, 2), TrainConfig(lr=1e-3))
     sched = build_scheduler(opt, TrainConfig(lr=1e-3, pct_start=0.6), total_steps=100)

