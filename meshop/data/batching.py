@@ -87,15 +87,21 @@ def node_set_weights(
     node, the summed weight of the input nodes nearest to it (the measure of its Voronoi cell in
     the domain, lumped), so latent nodes outside the domain weigh 0. Query points have the input
     mesh's weights when they are the input mesh, else equal weights (``None``). Everything is
-    ``None`` when the data has no ``weight``.
+    ``None`` when the data has no ``weight``. The latent weights are read from
+    ``data.latent_weight`` when the data carries them (:class:`meshop.train.LatentMesh` stores
+    them with the latent mesh, so a training run searches the nearest nodes once per sample, not
+    once per step).
     """
     weight = getattr(data, "weight", None)
     if weight is None:
         return None, None, None
     pos, batch = data.pos, node_batch(data)
     latent_pos, latent_batch = latent_nodes(data)
+    cached = getattr(data, "latent_weight", None)
     if latent_pos is pos:
         latent_weight = weight
+    elif cached is not None and len(cached) == len(latent_pos):
+        latent_weight = cached.to(weight.dtype)  # found once by the data preparation
     else:
         nearest = knn_index(latent_pos, pos, 1, latent_batch, batch)  # [2, N]: input, latent
         latent_weight = weight.new_zeros(len(latent_pos)).index_add_(

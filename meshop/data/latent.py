@@ -50,7 +50,8 @@ def add_latent_mesh(
 ) -> Data:
     """Set ``data.latent_pos``: farthest point sampling of ``num_points`` nodes of ``data.pos``, a
     uniform ``grid_shape`` grid over the bounding box of ``data.pos``, or (neither given) the input
-    mesh itself. Returns ``data`` (modified in place)."""
+    mesh itself. Returns ``data`` (modified in place; latent weights stored for a former latent
+    mesh are dropped)."""
     if num_points is not None and grid_shape is not None:
         raise ConfigError("give num_points (farthest point sampling) or grid_shape, not both")
     if grid_shape is not None:
@@ -65,6 +66,8 @@ def add_latent_mesh(
         data.latent_pos = data.pos[farthest_point_sampling(data.pos, num_points, seed=seed)]
     else:
         data.latent_pos = data.pos.clone()
+    if "latent_weight" in data:  # the weights of a former latent mesh
+        del data.latent_weight
     return data
 
 

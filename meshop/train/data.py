@@ -11,6 +11,7 @@ from torch.utils.data import Dataset as TorchDataset
 
 from meshop._pyg import Data
 from meshop.data import GaussianNormalizer, add_latent_mesh, node_features
+from meshop.data.batching import node_set_weights
 from meshop.errors import ConfigError, FieldError, MeshError
 from meshop.train.config import TrainConfig
 from meshop.train.normalized import fit_normalizers
@@ -46,10 +47,23 @@ class LatentMesh:
             generator = torch.Generator().manual_seed(self.seed)
             keep = torch.randperm(len(data.pos), generator=generator)[: self.num_points]
             data.latent_pos = data.pos[keep.sort().values.to(data.pos.device)]
-            return data
-        return add_latent_mesh(
-            data, num_points=self.num_points, grid_shape=self.grid_shape, seed=self.seed
-        )
+        else:
+            add_latent_mesh(
+                data, num_points=self.num_points, grid_shape=self.grid_shape, seed=self.seed
+            )
+        return with_latent_weight(data)
+
+
+def with_latent_weight(data: Data) -> Data:
+    """``data`` (modified in place) with ``latent_weight``, its latent nodes' quadrature weights
+    (:func:`meshop.data.batching.node_set_weights`: the summed weights of the input nodes nearest
+    to each), stored beside the latent mesh so that they are searched once per sample rather than
+    in every forward pass; nothing when the data has no weights."""
+    if "latent_weight" in data:  # a former latent mesh's
+        del data.latent_weight
+    if getattr(data, "weight", None) is not None:
+        data.latent_weight = node_set_weights(data)[1]
+    return data
 
 
 def prepare(samples: Iterable[Data], latent: LatentMesh | None = None) -> Sequence[Data]:
