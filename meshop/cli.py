@@ -138,15 +138,15 @@ def check_run(run) -> None:
         )
 
 
-def settings_report(run) -> str:
+def settings_report(run, data=None) -> str:
     """The settings a train run resolved (the pair's preset under the explicit options), one topic
     a line: model and size, receptive fields, latent mesh, optimiser, schedule, epochs and batch,
-    dataset."""
+    dataset (for a folder, ``data``: the summary of its meshes that the defaults are scaled to)."""
     from meshop.arguments import defaults, show
     from meshop.models.registry import model_class, model_entry
     from meshop.train.presets import preset
 
-    chosen = preset(run.dataset, run.model)
+    chosen = preset(run.dataset, run.model, data)
     config = run.train_config(chosen["train"])
     variant = {} if ":" in run.model else model_entry(run.model).defaults
     model_args = {
@@ -186,6 +186,8 @@ def settings_report(run) -> str:
         "training": f"epochs {config.epochs}, batch {config.batch_size}, seed {config.seed}",
         "dataset": f"{run.dataset}: " + listed({**chosen["dataset"], **run.dataset_args}),
     }
+    if data is not None:
+        lines["data"] = f"{data} (the defaults above are scaled to it)"
     width = max(map(len, lines))
     return "settings:\n" + "\n".join(
         textwrap.fill(f"  {k:<{width}}  {v}", 88, subsequent_indent=" " * (width + 4))
@@ -196,7 +198,7 @@ def settings_report(run) -> str:
 def cmd_train(args) -> int:
     from meshop.train.config import RunConfig, load_config
     from meshop.train.distributed import setup
-    from meshop.train.run import train_run
+    from meshop.train.run import folder_summary, train_run
 
     if args.threads is not None:
         import torch
@@ -219,7 +221,7 @@ def cmd_train(args) -> int:
             run.dataset_args[key] = getattr(args, key)
     check_run(run)  # before any data is read or generated
     if run.dataset and run.model and setup(run.train_config().device).is_main:
-        print(settings_report(run))
+        print(settings_report(run, folder_summary(run)))
     metrics = train_run(run, resume=args.resume, figures=not args.no_figures)
     if setup().is_main:
         print(json.dumps({k: v for k, v in metrics.items() if k != "lr"}, indent=None))

@@ -332,18 +332,30 @@ def test_train_prints_the_settings_it_resolved_once_before_training(mesh_folder,
         "settings:\n"
         "  model             pit: width=8, heads=2, blocks=1, decoder_blocks=0,\n"
         "                    lambda_param='tan', periodic=none, weighted=true, pointwise=false\n"
-        "  receptive fields  encoder_quantile=0.01, decoder_quantile=0.01, encoder_k=4\n"
-        "  latent mesh       256 nodes of each sample (fps)\n"  # the folder + pit preset's
-        "  optimiser         adam, lr 0.001, weight decay 0, gradient clipping none\n"  # PiT's
+        # the folder's defaults scaled to its meshes (presets.folder_rules): 36 nodes (the
+        # median of 25, 36 and 49), so every node is latent, 20 sources of 36 in the encoder
+        # and 12 latent nodes of 36 in the decoder, batch 2, lr 5e-3 and clipping 1
+        "  receptive fields  encoder_quantile=0.56, decoder_quantile=0.33, encoder_k=4\n"
+        "  latent mesh       36 nodes of each sample (fps)\n"
+        "  optimiser         adam, lr 0.005, weight decay 0, gradient clipping 1.0\n"
         "  schedule          cosine\n"
-        "  training          epochs 1, batch 4, seed 0\n"
+        "  training          epochs 1, batch 2, seed 0\n"
         "  dataset           folder: inputs='a', targets=['u']\n"
+        "  data              8 training samples of about 36 nodes in 2D (the defaults above are\n"
+        "                    scaled to it)\n"
         "training pit ("
     )
     assert out.startswith(settings) and out.count("settings:") == 1
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert recorded["train"]["latent_points"] == 256 and recorded["train"]["pct_start"] == 0.2
-    assert recorded["model_args"] == {"width": 8, "blocks": 1, "encoder_k": 4}
+    assert recorded["train"]["latent_points"] == 36 and recorded["train"]["pct_start"] == 0.2
+    assert recorded["train"]["batch_size"] == 2 and recorded["train"]["lr"] == 5e-3
+    assert recorded["model_args"] == {
+        "width": 8,
+        "encoder_quantile": 0.56,
+        "decoder_quantile": 0.33,
+        "blocks": 1,
+        "encoder_k": 4,
+    }
 
     # a one-cycle schedule and no latent mesh
     gt = ["--model", "galerkin", "--model-arg", "channels=8", "--out", tmp_path / "gt"]

@@ -89,3 +89,61 @@ def test_preset_merges_model_dataset_and_pair_defaults_in_that_order():
         "model": {},
         "dataset": DATASET_PRESETS["elasticity"]["dataset"],
     }
+
+
+def test_folder_defaults_scale_with_the_size_and_number_of_the_meshes():
+    from meshop.train.presets import DataSummary, folder_rules
+
+    # an Elasticity-like folder: the mesh datasets' measured settings come back
+    elasticity = DataSummary(nodes=972, dim=2, samples=1000)
+    pit = folder_rules("pit", elasticity)
+    assert pit["train"] == {
+        "latent_points": 243,  # a quarter of the nodes (Elasticity's preset: 256)
+        "batch_size": 2,
+        "lr": 5e-3,
+        "clip": 1.0,
+        "epochs": 100,  # 500 steps an epoch: the 100 epochs of the mesh datasets
+    }
+    assert pit["model"] == {"width": 64, "encoder_quantile": 0.021, "decoder_quantile": 0.049}
+    transolver = folder_rules("transolver", elasticity)
+    assert transolver["model"] == {"width": 64, "layers": 4, "heads": 4, "slices": 32}
+    assert transolver["train"] == {"batch_size": 8, "epochs": 100}
+    assert folder_rules("ono", elasticity)["model"]["k"] == 16
+    assert "latent_points" not in folder_rules("galerkin", elasticity)["train"]
+    # meshes of a million nodes: batches of one sample, bounded latent meshes and fields that
+    # hold twice the input nodes per latent node
+    large = DataSummary(nodes=1_000_000, dim=3, samples=40)
+    pit = folder_rules("pit", large)
+    assert pit["train"]["latent_points"] == 512
+    assert pit["model"]["encoder_quantile"] == 0.0039  # 2 / 512
+    assert pit["model"]["decoder_quantile"] == 0.023  # 12 / 512
+    assert folder_rules("transolver", large)["train"]["batch_size"] == 1
+    assert folder_rules("galerkin", large)["train"]["latent_points"] == 2048
+    assert folder_rules("fourier", large)["model"]["path"] == "mesh"
+    assert folder_rules("transolver", large)["train"]["epochs"] == 125  # 5000 steps of 40
+    # a few small meshes: every node latent, the fields cover what there is, more epochs
+    small = DataSummary(nodes=30, dim=2, samples=12)
+    pit = folder_rules("pit", small)
+    assert pit["train"]["latent_points"] == 30 and pit["train"]["epochs"] == 834
+    assert pit["model"]["encoder_quantile"] == 0.67 and pit["model"]["decoder_quantile"] == 0.4
+    assert folder_rules("mlp", DataSummary(nodes=30, dim=2, samples=1))["train"]["epochs"] == 1000
+
+
+def test_folder_defaults_sit_under_the_explicit_settings_and_only_for_folders():
+    from meshop.data import from_points
+    from meshop.train import RunConfig
+    from meshop.train.presets import DataSummary, preset, summarize_data
+
+    data = DataSummary(nodes=972, dim=2, samples=1000)
+    assert preset("elasticity", "pit", data) == preset("elasticity", "pit")  # not a folder
+    chosen = preset("folder", "pit", data)
+    assert chosen["train"]["latent_points"] == 243 and chosen["train"]["optimizer"] == "adam"
+    assert preset("folder", "pit")["train"]["latent_points"] == 256  # no summary: the static one
+    run = RunConfig(dataset="folder", model="pit", train={"batch_size": 6, "latent_points": 99})
+    config = run.train_config(chosen["train"])
+    assert (config.batch_size, config.latent_points, config.lr) == (6, 99, 5e-3)
+
+    samples = [from_points(torch.rand(n, 3)) for n in (50, 10, 40, 20, 30, 1000)]
+    summary = summarize_data(samples)  # the median of the first five, all of them counted
+    assert summary == DataSummary(nodes=30, dim=3, samples=6)
+    assert str(summary) == "6 training samples of about 30 nodes in 3D"

@@ -7,6 +7,7 @@ keyword arguments}``; values given on the command line or in a TOML file overrid
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 #: optimisation settings of each model's paper
@@ -132,14 +133,116 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
 }
 
 
-def preset(dataset: str, model: str) -> dict[str, dict[str, Any]]:
-    """The merged defaults for training ``model`` on ``dataset`` (empty parts when none)."""
+def preset(dataset: str, model: str, data: DataSummary | None = None) -> dict[str, dict[str, Any]]:
+    """The merged defaults for training ``model`` on ``dataset`` (empty parts when none); for a
+    folder of the user's meshes, with ``data`` its summary, the defaults scaled to the data
+    (:func:`folder_rules`)."""
     out: dict[str, dict[str, Any]] = {"train": {}, "model": {}, "dataset": {}}
+    rules = folder_rules(model, data) if dataset == "folder" and data is not None else {}
     for part in (
         {"train": MODEL_TRAINING.get(model, {})},
         DATASET_PRESETS.get(dataset, {}),
         PAIR_PRESETS.get((dataset, model), {}),
+        rules,
     ):
         for key, values in part.items():
             out[key].update(values)
     return out
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """What the folder defaults are chosen from: the median number of nodes of a sample, the
+    spatial dimension, and the number of training samples."""
+
+    nodes: int
+    dim: int
+    samples: int
+
+    def __str__(self) -> str:
+        return f"{self.samples} training samples of about {self.nodes:,} nodes in {self.dim}D"
+
+
+#: samples read to find the typical mesh size of a folder
+SUMMARY_SAMPLES = 5
+
+
+def summarize_data(samples) -> DataSummary:
+    """The :class:`DataSummary` of a training split (the median size of its first
+    :data:`SUMMARY_SAMPLES` samples: a folder's files are read, not the whole folder)."""
+    sizes, dim = [], 0
+    for index in range(min(len(samples), SUMMARY_SAMPLES)):
+        pos = samples[index].pos
+        sizes.append(int(pos.shape[0]))
+        dim = int(pos.shape[1])
+    nodes = sorted(sizes)[len(sizes) // 2] if sizes else 0
+    return DataSummary(nodes=nodes, dim=dim, samples=len(samples))
+
+
+#: the models' CPU sizes on the generated mesh datasets (PAIR_PRESETS), for a folder of meshes
+FOLDER_MODEL_SIZES: dict[str, dict[str, Any]] = {
+    "galerkin": {"channels": 64, "layers": 4, "path": "mesh"},
+    "fourier": {"channels": 64, "layers": 4, "path": "mesh"},
+    "ono": {"width": 64, "layers": 4, "heads": 4, "k": 16},
+    "transolver": {"width": 64, "layers": 4, "heads": 4, "slices": 32},
+    "pit": {"width": 64},
+}
+#: PiT's latent mesh: a quarter of the nodes (Elasticity: 256 of 972), between these bounds
+#: (Airfoil: 512 of 11,271)
+PIT_LATENT = (64, 512)
+#: sources in a PiT encoder's receptive field: at least this many (Elasticity's 2 % quantile of
+#: 972 nodes), and at least twice the input nodes per latent node, so the fields overlap
+PIT_ENCODER_SOURCES = 20
+#: latent nodes in a PiT decoder's receptive field (DarcyMesh: 5 % of 256, Airfoil: 2 % of 512)
+PIT_DECODER_SOURCES = 12
+#: nodes in a batch for the models without a latent mesh (Airfoil: 8 samples of 11,271 nodes)
+BATCH_NODES = 2**16
+#: above this many nodes per sample, the Galerkin and Fourier Transformers' cross attention gets a
+#: latent mesh of this many nodes instead of the input mesh (its cost is n x latent nodes)
+GALERKIN_LATENT = 2048
+
+
+#: optimisation steps of a folder's run at least (up to 1000 epochs): PiT on Elasticity reached
+#: 15.7 % after 2,000 steps and 6.4 % after 15,000 (benchmarks/results/tuning.md, accuracy.md)
+MIN_STEPS = 5000
+
+
+def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
+    """Defaults for training ``model`` on a folder of meshes like ``data``, scaled from the
+    settings measured on the generated mesh datasets (Elasticity, Airfoil, DarcyMesh; see
+    :data:`PAIR_PRESETS` and ``benchmarks/results/tuning.md``):
+
+    - every model at its CPU size on those datasets (:data:`FOLDER_MODEL_SIZES`);
+    - PiT: a latent mesh of a quarter of the nodes (:data:`PIT_LATENT`), quantile receptive
+      fields holding about ``max(20, 2 n / latent)`` sources in the encoder and 12 latent nodes in
+      the decoder (so they cover the same area on finer meshes of the same domains), batch 2,
+      lr 5e-3 and clipping 1 (the mesh datasets' PiT settings);
+    - the other models: batches of about :data:`BATCH_NODES` nodes (1 to 8 samples); the
+      Galerkin and Fourier Transformers a latent mesh of :data:`GALERKIN_LATENT` nodes above that
+      many nodes per sample;
+    - at least :data:`MIN_STEPS` optimisation steps (more epochs for a folder of few samples),
+      100 epochs at least and 1000 at most;
+    - samples of more than 131,072 nodes are trained in checkpointed chunks (the default of
+      ``chunk_nodes``, :mod:`meshop.nn.chunked`), so nothing here depends on memory.
+    """
+    n = max(data.nodes, 1)
+    train: dict[str, Any] = {}
+    model_args = dict(FOLDER_MODEL_SIZES.get(model, {}))
+    if model == "pit":
+        lo, hi = PIT_LATENT
+        latent = min(max(n // 4, lo), hi, n)
+        encoder = min(max(PIT_ENCODER_SOURCES / n, 2 / latent), 1.0)
+        decoder = min(PIT_DECODER_SOURCES / latent, 1.0)
+        train.update(latent_points=latent, batch_size=2, lr=5e-3, clip=1.0)
+        model_args.update(
+            encoder_quantile=float(f"{encoder:.2g}"), decoder_quantile=float(f"{decoder:.2g}")
+        )
+    else:
+        train["batch_size"] = min(max(BATCH_NODES // n, 1), 8)
+        if model in ("galerkin", "fourier") and n > GALERKIN_LATENT:
+            train["latent_points"] = GALERKIN_LATENT
+    steps = max(-(-data.samples // train["batch_size"]), 1)  # per epoch
+    train["epochs"] = min(
+        max(DATASET_PRESETS["folder"]["train"]["epochs"], -(-MIN_STEPS // steps)), 1000
+    )
+    return {"train": train, "model": model_args, "dataset": {}}

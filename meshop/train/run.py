@@ -21,7 +21,7 @@ from meshop.train.distributed import barrier, setup
 from meshop.train.inference import latent_of
 from meshop.train.metrics import per_sample_errors, per_sample_table, summarize, write_table
 from meshop.train.plots import plot_loss_curve, plot_sample
-from meshop.train.presets import preset
+from meshop.train.presets import DataSummary, preset, summarize_data
 from meshop.train.trainer import Trainer, seed_everything
 
 
@@ -37,6 +37,15 @@ def load_splits(name: str, data_dir: str | None, args: dict[str, Any]) -> dict[s
     return out
 
 
+def folder_summary(run: RunConfig) -> DataSummary | None:
+    """The summary of a folder run's training meshes that its defaults are scaled to
+    (:func:`meshop.train.presets.folder_rules`); None for the generated datasets."""
+    if run.dataset != "folder":
+        return None
+    args = {**preset(run.dataset, run.model)["dataset"], **run.dataset_args}
+    return summarize_data(build_dataset(run.dataset, "train", run.data_dir, **args))
+
+
 def train_run(
     run: RunConfig, resume: bool = False, figures: bool = True, log=print
 ) -> dict[str, Any]:
@@ -49,17 +58,19 @@ def train_run(
     dataset_entry(run.dataset)
     model_entry(run.model)
     defaults = preset(run.dataset, run.model)
-    config = run.train_config(defaults["train"])
     dataset_args = {**defaults["dataset"], **run.dataset_args}
-    model_args = {**defaults["model"], **run.model_args}
     out = Path(run.out or f"runs/{run.dataset}-{run.model}")
-    ctx = setup(config.device)
+    ctx = setup(run.train_config(defaults["train"]).device)
     splits = load_splits(run.dataset, run.data_dir, dataset_args)
     train_set, test_set = splits["train"], splits["test"]
     if len(train_set) == 0:
         raise ConfigError(
             f"dataset '{run.dataset}' has an empty train split; check its size options"
         )
+    if run.dataset == "folder":  # the defaults scaled to the user's meshes
+        defaults = preset(run.dataset, run.model, summarize_data(train_set))
+    config = run.train_config(defaults["train"])
+    model_args = {**defaults["model"], **run.model_args}
     data = prepare_data(
         train_set,
         test_set if len(test_set) else None,
