@@ -152,6 +152,49 @@ def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path
     assert trained == ["pit", "mlp"] * 2 and len(log.read_text().splitlines()) == 2
 
 
+def test_accuracy_equal_time_divides_frozen_epoch_times_and_trains_every_seed(
+    tmp_path, monkeypatch
+):
+    """--calibrate freezes each pair's time per epoch; --equal-time gives every pair that time
+    in epochs from the frozen file; --seeds trains each pair once per seed on the same data and
+    reports the mean and the spread."""
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    args = ["--quick", "--datasets", "darcy", "--models", "pit,mlp"]
+    args += ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match="--calibrate"):
+        accuracy.main([*args, "--equal-time", "4"])
+    with pytest.raises(SystemExit):
+        accuracy.parse_args(["--epochs", "2", "--equal-time", "4"])  # one budget at a time
+    accuracy.main([*args, "--calibrate"])
+    path = tmp_path / accuracy.EPOCH_SECONDS
+    frozen = json.loads(path.read_text())
+    assert {(r["dataset"], r["model"]) for r in frozen["records"]} == {
+        ("darcy", "pit"),
+        ("darcy", "mlp"),
+    }
+    assert all(r["epoch_seconds"] > 0 for r in frozen["records"])
+    assert "CPU time per epoch" in path.with_suffix(".md").read_text()
+    for record in frozen["records"]:  # known times: known epochs
+        record["epoch_seconds"] = {"pit": 2.0, "mlp": 0.5}[record["model"]]
+    path.write_text(json.dumps(frozen))
+    accuracy.main([*args, "--equal-time", "4", "--seeds", "0,1"])
+    data = json.loads((tmp_path / "accuracy.json").read_text())
+    records = {r["model"]: r for r in data["records"]}
+    assert records["pit"]["epochs"] == 2 and records["mlp"]["epochs"] == 8
+    for record in records.values():
+        runs = record["seeds"]
+        errors = [run["test_rel_l2"] for run in runs.values()]
+        assert list(runs) == ["0", "1"] and errors[0] != errors[1]  # another initialisation
+        assert record["test_rel_l2"] == pytest.approx(sum(errors) / 2)
+        assert record["spread"] == pytest.approx(abs(errors[0] - errors[1]))
+        assert len({run["checkpoint"] for run in runs.values()}) == 2
+    assert data["machine"]["seeds"] == [0, 1]
+    assert "4 s of training" in data["machine"]["budget"]
+    tables = (tmp_path / "accuracy.md").read_text()
+    assert "training seeds 0, 1" in tables and "| seed 0 / 1 | spread |" in tables
+    assert f"{records['mlp']['test_rel_l2']:.4f} ± {records['mlp']['spread'] / 2:.4f}" in tables
+
+
 def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkeypatch):
     """--update replaces the rows of the same dataset and model, notes them with the command, and
     keeps the other rows except those of --forget datasets; DarcyMesh models are evaluated on the

@@ -16,6 +16,15 @@ DarcyMesh models on the same test domains and fields meshed 2x and 4x finer.
     python -m benchmarks.accuracy.model_table --jobs 2 --resume  # go on after an interruption
     python -m benchmarks.accuracy.model_table --quick            # smoke test: tiny data, 1 epoch
     python -m benchmarks.accuracy.model_table --datasets darcy --models pit,ono --minutes 5
+    python -m benchmarks.accuracy.model_table --calibrate --jobs 2  # each pair's time per epoch
+    python -m benchmarks.accuracy.model_table --equal-time 300 --seeds 0,1 --jobs 2
+
+``--equal-time SECONDS`` gives every pair the same training time as a number of epochs: the time
+over the pair's CPU time per epoch frozen by ``--calibrate`` in ``epoch_seconds.json`` (the CPU
+time of one thread is what the run itself costs, so a busy machine barely changes it), so the
+table reruns exactly. ``--seeds`` trains every pair once per training seed on the same data (the
+splits of ``--seed``) and reports the mean with the spread, so that a difference smaller than the
+spread is not read as a win.
 
 The generated data is cached in the data root (``--data-dir``, else ``$MESHOP_DATA``, else
 ``datasets/``) and generated before any training starts; checkpoints go to ``--runs`` (default
@@ -104,7 +113,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--jobs", type=int, default=1, help="runs side by side, each in its own process"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the data's seed (and the training's)")
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated training seeds, each pair trained once per seed on the same data "
+        "(default: --seed); the tables give the mean and the spread",
+    )
+    parser.add_argument(
+        "--equal-time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="every pair this much training time: epochs from the per-epoch times frozen in "
+        f"{EPOCH_SECONDS} (--calibrate), so that reruns are exact",
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help=f"time an epoch of every pair (CPU time of one thread, the second epoch) and write "
+        f"{EPOCH_SECONDS}, the times --equal-time divides; no table",
+    )
     parser.add_argument("--data-dir", default=None, help="data root of the generated datasets")
     parser.add_argument("--runs", type=Path, default=Path("runs/accuracy"))
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
@@ -129,11 +158,24 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="with --update: comma-separated datasets whose older rows are dropped (their "
         "dataset changed since they were measured)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
+    if sum(x is not None for x in (args.minutes, args.epochs, args.equal_time)) > 1:
+        parser.error("give one budget: --minutes, --epochs or --equal-time")
+    return args
+
+
+#: the frozen per-epoch training times of every pair that ``--equal-time`` divides
+EPOCH_SECONDS = "epoch_seconds.json"
 
 
 def budget(args) -> str:
     """The budget of the table's header."""
+    if args.equal_time is not None:
+        return (
+            f"{args.equal_time:g} s of training (epochs: that time over the pair's CPU time per "
+            f"epoch, frozen in benchmarks/results/{EPOCH_SECONDS})"
+        )
     if args.minutes is not None:
         return f"{args.minutes:g} min of training"
     if args.epochs is not None or args.quick:
@@ -156,6 +198,9 @@ def epochs_in_budget(dataset: str, model: str, args) -> tuple[int, float]:
     from meshop.train import load_model
     from meshop.train.run import train_run
 
+    if args.equal_time is not None:
+        seconds = frozen_epoch_seconds(args)[dataset, model]
+        return max(1, round(args.equal_time / seconds)), seconds
     if args.minutes is None:
         if args.epochs is not None or args.quick:
             return args.epochs or 1, float("nan")
@@ -172,26 +217,142 @@ def train_pair(dataset: str, model: str, args) -> dict:
     from meshop.train.run import train_run
 
     epochs, epoch_seconds = epochs_in_budget(dataset, model, args)
-    out = args.runs / f"{dataset}-{model}"
     load = os.getloadavg()[0]
-    metrics = train_run(
-        run_config(dataset, model, epochs, out, args), figures=False, log=lambda *_: None
-    )
-    net, ckpt = load_model(out)
-    options = dataset_options(dataset, args)
-    return {
+    runs = {}
+    for seed in args.seeds:
+        out = args.runs / (f"{dataset}-{model}" + (f"-seed{seed}" if len(args.seeds) > 1 else ""))
+        config = run_config(dataset, model, epochs, out, args, train_seed=seed)
+        metrics = train_run(config, figures=False, log=lambda *_: None)
+        net, ckpt = load_model(out)
+        runs[seed] = {
+            "test_rel_l2": metrics["test_rel_l2"],
+            "test_rel_l2_median": metrics["test_rel_l2_median"],
+            "train_seconds": sum(h["epoch_seconds"] for h in ckpt["history"]),
+            "checkpoint": str(out),
+        }
+    first = runs[args.seeds[0]]
+    record = {
         "dataset": dataset,
         "model": model,
         "epochs": epochs,
         "timed_epoch_seconds": epoch_seconds,
-        "options": options,
+        "options": dataset_options(dataset, args),
         "parameters": sum(p.numel() for p in net.parameters()),
-        "test_rel_l2": metrics["test_rel_l2"],
-        "test_rel_l2_median": metrics["test_rel_l2_median"],
-        "train_seconds": sum(h["epoch_seconds"] for h in ckpt["history"]),
+        "test_rel_l2": mean(r["test_rel_l2"] for r in runs.values()),
+        "test_rel_l2_median": mean(r["test_rel_l2_median"] for r in runs.values()),
+        "train_seconds": mean(r["train_seconds"] for r in runs.values()),
         "load_average": load,
-        "checkpoint": str(out),
+        "checkpoint": first["checkpoint"],
     }
+    if len(runs) > 1:
+        errors = [r["test_rel_l2"] for r in runs.values()]
+        record["seeds"] = runs
+        record["spread"] = max(errors) - min(errors)
+    return record
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def checkpoints(record: dict) -> list[str]:
+    """The checkpoints of a record: one per training seed."""
+    if "seeds" in record:
+        return [run["checkpoint"] for run in record["seeds"].values()]
+    return [record["checkpoint"]]
+
+
+def frozen_epoch_seconds(args) -> dict[tuple[str, str], float]:
+    """The per-epoch training times of ``--calibrate``, read from ``--out``'s
+    :data:`EPOCH_SECONDS` (a clear error when absent or missing a pair)."""
+    path = args.out / EPOCH_SECONDS
+    if not path.exists():
+        raise SystemExit(
+            f"--equal-time needs {path}: run `python -m benchmarks.accuracy.model_table "
+            "--calibrate` once on a quiet machine first"
+        )
+    return {
+        (r["dataset"], r["model"]): r["epoch_seconds"]
+        for r in json.loads(path.read_text())["records"]
+    }
+
+
+def calibrate_pair(dataset: str, model: str, args) -> dict:
+    """The CPU time (one thread: the time the run itself took, whatever else shares the
+    machine) of the second epoch of training ``model`` on ``dataset`` (the first fills the
+    caches of neighbour lists and latent meshes)."""
+    import tempfile
+
+    import torch
+
+    from meshop.models.registry import build_model
+    from meshop.train import Trainer, prepare_data
+    from meshop.train.presets import preset
+    from meshop.train.run import load_splits
+    from meshop.train.trainer import seed_everything
+
+    torch.set_num_threads(args.threads)
+    progress(f"timing an epoch of {model} on {dataset}")
+    run = run_config(dataset, model, 2, Path("unused"), args)
+    defaults = preset(dataset, model)
+    config = run.train_config(defaults["train"])
+    splits = load_splits(dataset, args.data_dir, {**defaults["dataset"], **run.dataset_args})
+    data = prepare_data(splits["train"], None, config)
+    seed_everything(config.seed)
+    net = build_model(
+        model,
+        in_channels=data.info["in_channels"],
+        out_channels=data.info["out_channels"],
+        pos_dim=data.info["pos_dim"],
+        **{**defaults["model"], **run.model_args},
+    )
+    with tempfile.TemporaryDirectory() as out:
+        trainer = Trainer(net, data, config=config, out_dir=out)
+        trainer.train_epoch()
+        start, wall = time.process_time(), time.perf_counter()
+        trainer.train_epoch()
+        seconds, wall = time.process_time() - start, time.perf_counter() - wall
+    return {"dataset": dataset, "model": model, "epoch_seconds": seconds, "wall_seconds": wall}
+
+
+def calibrate(pairs: list[tuple[str, str]], args) -> None:
+    """Write :data:`EPOCH_SECONDS` (and its table) for ``pairs``, merged into the existing
+    file's other pairs."""
+    if args.jobs > 1 and len(pairs) > 1:
+        with spawn_pool(args.jobs) as pool:
+            records = list(pool.map(calibrate_pair, *zip(*pairs), [args] * len(pairs)))
+    else:
+        records = [calibrate_pair(d, m, args) for d, m in pairs]
+    path = args.out / EPOCH_SECONDS
+    old = json.loads(path.read_text())["records"] if path.exists() else []
+    done = {(r["dataset"], r["model"]) for r in records}
+    records = [r for r in old if (r["dataset"], r["model"]) not in done] + records
+    info = {**machine(), "threads": args.threads, "seed": args.seed}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": info, "records": records}, indent=1) + "\n")
+    rows = [
+        [r["dataset"], NAMES[r["model"]], fmt_time(r["epoch_seconds"]), fmt_time(r["wall_seconds"])]
+        for r in records
+    ]
+    text = "\n".join(
+        [
+            "## Training time per epoch of every pair (the equal-time table's divisor)",
+            "",
+            SECTION_START,
+            f"Measured {info['date']} with `{info['command']}` on {info['cpu']}, "
+            f"{args.threads} torch thread(s): the second epoch of each pair on the table's "
+            "training split, CPU time of the process (what the run itself costs, however busy "
+            "the machine) and wall-clock time.",
+            "",
+            markdown_table(["dataset", "model", "CPU time per epoch", "wall-clock"], rows),
+            "",
+            SECTION_END,
+            "",
+        ]
+    )
+    print(text, flush=True)
+    path.with_suffix(".md").write_text(text)
 
 
 def super_resolution(record: dict, args) -> dict:
@@ -201,10 +362,12 @@ def super_resolution(record: dict, args) -> dict:
     options = dataset_options("darcy", args)
     errors = {options["resolution"]: record["test_rel_l2"]}
     for resolution in super_resolutions(options["resolution"], options["fine_resolution"]):
-        result = evaluate_run(
-            record["checkpoint"], args.data_dir, {"resolution": resolution}, batch_size=4
+        errors[resolution] = mean(
+            evaluate_run(path, args.data_dir, {"resolution": resolution}, batch_size=4)[
+                "test_rel_l2"
+            ]
+            for path in checkpoints(record)
         )
-        errors[resolution] = result["test_rel_l2"]
     return errors
 
 
@@ -215,10 +378,10 @@ def refinement_errors(record: dict, args) -> dict:
 
     errors = {0: record["test_rel_l2"]}
     for level in REFINEMENTS:
-        result = evaluate_run(
-            record["checkpoint"], args.data_dir, {"refinement": level}, batch_size=4
+        errors[level] = mean(
+            evaluate_run(path, args.data_dir, {"refinement": level}, batch_size=4)["test_rel_l2"]
+            for path in checkpoints(record)
         )
-        errors[level] = result["test_rel_l2"]
     return errors
 
 
@@ -302,6 +465,9 @@ def main(argv=None) -> None:
     ]
     start = time.perf_counter()
     generate_all(list(dict.fromkeys(d for d, _ in pairs)), args)
+    if args.calibrate:
+        calibrate(pairs, args)
+        return
     log = args.runs / "records.jsonl"
     done = finished_records(log, pairs, args) if args.resume else {}
     if not args.resume:
@@ -319,6 +485,7 @@ def main(argv=None) -> None:
             done[(d, m)] = save_record(log, pair_record(d, m, args), args)
     records = [done[pair] for pair in pairs]
     info = {**machine(), "threads": args.threads, "seed": args.seed, "budget": budget(args)}
+    info["seeds"] = args.seeds
     info.update(quick=args.quick, jobs=args.jobs, wall_seconds=time.perf_counter() - start)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.update and (args.out / "accuracy.json").exists():
@@ -342,8 +509,8 @@ def longest_first(pairs: list[tuple[str, str]], args) -> list[tuple[str, str]]:
     def cost(pair: tuple[str, str]) -> float:
         if pair not in per_epoch:
             return float("inf")
-        if args.minutes is not None:  # every pair gets the same time
-            return args.minutes
+        if args.minutes is not None or args.equal_time is not None:  # the same time for all
+            return args.minutes or args.equal_time
         return per_epoch[pair] * ((args.epochs or 1) if args.epochs or args.quick else EPOCHS[pair])
 
     return sorted(pairs, key=cost, reverse=True)
@@ -351,7 +518,10 @@ def longest_first(pairs: list[tuple[str, str]], args) -> list[tuple[str, str]]:
 
 def record_key(args) -> dict:
     """What a saved record must have been measured with to be reused by ``--resume``."""
-    return {"budget": budget(args), "threads": args.threads, "seed": args.seed, "quick": args.quick}
+    key = {"budget": budget(args), "threads": args.threads, "seed": args.seed, "quick": args.quick}
+    if args.seeds != [args.seed]:
+        key["seeds"] = args.seeds
+    return key
 
 
 def save_record(log: Path, record: dict, args) -> dict:
@@ -410,11 +580,18 @@ def fmt_error(error: float) -> str:
     return f"{error:.4f}" if error < 100 else f"{error:.1e}"
 
 
+def with_spread(record: dict) -> str:
+    """A record's mean test error, with half the range over its seeds when it has several."""
+    text = fmt_error(record["test_rel_l2"])
+    return text + (f" ± {fmt_error(record['spread'] / 2)}" if "spread" in record else "")
+
+
 def summary_table(records: list[dict]) -> str:
     """Mean test relative L2 of every model (rows) on every dataset (columns), and the Darcy
-    models' errors on the finer grids: the table the README shows."""
+    models' errors on the finer grids: the table the README shows (with several training seeds,
+    the mean over the seeds ± half their range)."""
     datasets = list(dict.fromkeys(r["dataset"] for r in records))
-    error = {(r["dataset"], r["model"]): r["test_rel_l2"] for r in records}
+    error = {(r["dataset"], r["model"]): with_spread(r) for r in records}
     finer = {
         r["model"]: list(r["super_resolution"].values())[1:]
         for r in records
@@ -433,7 +610,7 @@ def summary_table(records: list[dict]) -> str:
     ):
         row = [
             NAMES[model],
-            *(fmt_error(error[d, model]) if (d, model) in error else "-" for d in datasets),
+            *(error[d, model] if (d, model) in error else "-" for d in datasets),
         ]
         for zero_shot in (finer, refined):
             if zero_shot:
@@ -505,6 +682,13 @@ def findings(records: list[dict]) -> str:
     return " ".join(text)
 
 
+def budget_text(info: dict) -> str:
+    """What every model got, in the README's words."""
+    if info.get("budget", "the epochs of the table").startswith("the epochs of the table"):
+        return "a fixed number of epochs per dataset"
+    return info["budget"]
+
+
 def readme_section(data: dict) -> str:
     """The README's accuracy section: how it was measured, the summary table and the findings,
     all from an ``accuracy.json``."""
@@ -522,8 +706,8 @@ def readme_section(data: dict) -> str:
     )
     intro = (
         f"Accuracy: mean test relative L2 on {common[1]} test samples after training on "
-        f"{common[0]}" + (f" ({', '.join(others)})" if others else "") + f" (seed {info['seed']}, "
-        f"one CPU thread per run), each model for a fixed number of epochs per dataset, measured "
+        f"{common[0]}" + (f" ({', '.join(others)})" if others else "") + f" ({seeds_text(info)}, "
+        f"one CPU thread per run), each model for {budget_text(info)}, measured "
         f"{info['date']}{took} (`{info['command']}`; epochs, times and the machine's load in "
         "[docs/benchmarks.md](docs/benchmarks.md)). The budget is in epochs, so the numbers rerun "
         "exactly on any machine. Every model receives the same inputs per node: the input field "
@@ -549,13 +733,21 @@ def update_readme(data: dict, readme: Path = README) -> None:
     readme.write_text(text[:start] + readme_section(data) + text[end + len(README_END) :])
 
 
+def seeds_text(info: dict) -> str:
+    """The seeds of a table's header: the data's, and the training's when there are several."""
+    seeds = info.get("seeds", [info["seed"]])
+    if seeds == [info["seed"]]:
+        return f"seed {info['seed']}"
+    return f"data seed {info['seed']}, training seeds {', '.join(map(str, seeds))}"
+
+
 def write_tables(results: Path, path: Path) -> str:
     """The Markdown tables of an ``accuracy.json`` (printed and written to ``path``)."""
     data = json.loads(results.read_text())
     info, records = data["machine"], data["records"]
     header = (
         f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
-        f"({info['threads']} torch thread(s)), torch {info['torch']}, seed {info['seed']}; "
+        f"({info['threads']} torch thread(s)), torch {info['torch']}, {seeds_text(info)}; "
         f"budget: {info['budget']} per model and dataset"
         + (
             f"; the whole command took {info['wall_seconds'] / 60:.1f} min with {info['jobs']} "
@@ -571,11 +763,22 @@ def write_tables(results: Path, path: Path) -> str:
     parts = ["## Accuracy on the generated datasets", "", SECTION_START, header, ""]
     parts += ["### Mean test relative L2", "", summary_table(records), ""]
     for dataset in dict.fromkeys(r["dataset"] for r in records):
+        seeded = any("seeds" in r for r in records if r["dataset"] == dataset)
         rows = [
             [
                 NAMES[r["model"]],
                 f"{r['parameters']:,}",
                 fmt_error(r["test_rel_l2"]),
+                *(
+                    [
+                        " / ".join(fmt_error(run["test_rel_l2"]) for run in r["seeds"].values())
+                        if "seeds" in r
+                        else "-",
+                        fmt_error(r["spread"]) if "spread" in r else "-",
+                    ]
+                    if seeded
+                    else []
+                ),
                 fmt_error(r["test_rel_l2_median"]),
                 r["epochs"],
                 fmt_time(r["train_seconds"]),
@@ -590,8 +793,11 @@ def write_tables(results: Path, path: Path) -> str:
             f"{dataset}: {options['num_train']} train / {options['num_test']} test samples"
             + (f" ({', '.join(f'{k}={v}' for k, v in extra.items())})" if extra else "")
         )
-        headers = ["model", "parameters", "test rel. L2 (mean)", "median", "epochs", "training"]
-        headers.append("load")
+        headers = ["model", "parameters", "test rel. L2 (mean)"]
+        if seeded:
+            seeds = next(list(r["seeds"]) for r in records if "seeds" in r)
+            headers += [f"seed {' / '.join(map(str, seeds))}", "spread"]
+        headers += ["median", "epochs", "training", "load"]
         parts += [f"### {caption}", ""]
         for r in records:  # rows measured again later, by another command
             if r["dataset"] == dataset and "rerun" in r:

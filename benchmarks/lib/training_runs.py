@@ -31,9 +31,13 @@ def dataset_options(dataset: str, args) -> dict:
     return dict((QUICK if args.quick else DATASETS)[dataset])
 
 
-def run_config(dataset: str, model: str, epochs: int, out: Path, args, settings=None):
+def run_config(
+    dataset: str, model: str, epochs: int, out: Path, args, settings=None, train_seed=None
+):
     """The run of one pair; ``settings`` (``{"train": ..., "model": ..., "dataset": ...}``) go
-    over the presets and the table's split sizes (preset trials, ``accuracy/tune.py``)."""
+    over the presets and the table's split sizes (preset trials, ``accuracy/tune.py``);
+    ``train_seed``: the training's seed (initialisation, order of the batches) when it differs
+    from ``args.seed``, which generates the data (the splits stay those of ``args.seed``)."""
     from meshop.train.config import RunConfig
 
     settings = settings or {}
@@ -45,7 +49,7 @@ def run_config(dataset: str, model: str, epochs: int, out: Path, args, settings=
         train={
             **settings.get("train", {}),
             "epochs": epochs,
-            "seed": args.seed,
+            "seed": args.seed if train_seed is None else train_seed,
             "progress": False,
             "device": "cpu",
         },
