@@ -255,11 +255,12 @@ class Trainer:
             n = num_samples(batch)
             total += self.step(batch) * n
             count += n
-            elapsed = time.perf_counter() - start
-            bar.set_postfix(
-                loss=f"{total / count:.4g}",
-                samples_s=f"{count * self.ctx.world_size / elapsed:.1f}",
-            )
+            if not bar.disable:  # a bar on a terminal: its figures
+                elapsed = time.perf_counter() - start
+                bar.set_postfix(
+                    loss=f"{total / count:.4g}",
+                    samples_s=f"{count * self.ctx.world_size / elapsed:.1f}",
+                )
         total, count = all_reduce_sum([total, count], self.ctx)
         seconds = time.perf_counter() - start
         return {
