@@ -12,8 +12,8 @@ import torch.multiprocessing as mp
 
 from meshop.data import from_points, make_loader
 from meshop.errors import ConfigError
-from meshop.models import ONO, MLPBaseline, PiT, Transolver
-from meshop.nn.chunked import split_mesh
+from meshop.models import ONO, GalerkinTransformer, MLPBaseline, PiT, Transolver
+from meshop.nn.chunked import split_latent_mesh, split_mesh
 
 MODELS = {
     "transolver": lambda: Transolver(3, 2, 2, width=16, layers=2, heads=2, slices=8),
@@ -80,12 +80,6 @@ def _worker(rank: int, port: int, results):
                 values, grads = step(name, batch, forward="chunked")
             dist.all_reduce(grads)  # the gradient of the whole mesh's loss
             out[name, weighted] = (values, grads)
-        pit = PiT(3, 2, 2, width=8, blocks=1).double()
-        with split_mesh():
-            try:
-                pit.forward_chunked(batch, 37)
-            except ConfigError as exc:
-                out["pit"] = str(exc)
         results[rank] = out
     finally:
         dist.destroy_process_group()
@@ -108,11 +102,196 @@ def test_two_processes_on_halves_of_a_mesh_give_one_process_outputs_and_gradient
             assert torch.allclose(values, out[rows], rtol=1e-7, atol=1e-9), (name, weighted)
             # against the largest gradient (ONO whitens nearly collinear features at initialisation)
             assert float((split_grads - grads).abs().max()) < 1e-7 * scale, (name, weighted)
-    for rank in (0, 1):
-        assert "split_mesh spreads over processes" in results[rank]["pit"]
 
 
 def test_split_meshes_need_torch_distributed():
     with pytest.raises(ConfigError, match="split_mesh needs torch.distributed"):
         with split_mesh():
             pass
+    with pytest.raises(ConfigError, match="split_latent_mesh needs torch.distributed"):
+        split_latent_mesh(samples(True)[0], LATENT_POINTS)
+
+
+# PiT and the Galerkin and Fourier Transformers split their cross attention to a latent mesh that
+# every process holds whole (sampled from the whole mesh's coordinates by split_latent_mesh)
+LATENT_MODELS = {
+    "pit-quantile": lambda: PiT(
+        3, 2, 2, width=8, blocks=1, encoder_quantile=0.1, decoder_quantile=0.1
+    ),
+    "pit-knn": lambda: PiT(3, 2, 2, width=8, blocks=1, encoder_k=12, decoder_k=5),
+    "pit-radius": lambda: PiT(3, 2, 2, width=8, blocks=1, encoder_radius=0.2, decoder_k=5),
+    "pit-pointwise": lambda: PiT(
+        3, 2, 2, width=8, blocks=1, encoder_k=12, decoder_k=5, pointwise=True
+    ),
+    "galerkin": lambda: GalerkinTransformer(3, 2, 2, channels=8, layers=1, heads=2, path="mesh"),
+    "galerkin-local": lambda: GalerkinTransformer(
+        3, 2, 2, channels=8, layers=1, heads=2, path="mesh", quantile=0.1
+    ),
+    "fourier": lambda: GalerkinTransformer(
+        3, 2, 2, attention="fourier", channels=8, layers=1, heads=2, path="mesh"
+    ),
+}
+# (model, quadrature weights, query points)
+LATENT_CASES = [
+    ("pit-quantile", True, False),
+    ("pit-quantile", False, True),
+    ("pit-knn", True, True),
+    ("pit-radius", True, False),
+    ("pit-pointwise", True, False),
+    ("galerkin", True, True),
+    ("galerkin-local", False, False),
+    ("fourier", True, False),
+]
+LATENT_POINTS = 30
+QUERIES = (50, 40)
+
+
+def held_nodes(rank):
+    """The nodes of each sample that process ``rank`` holds: an arbitrary half of the first
+    sample's, and all of the second's on process 0 (process 1 holds none of it)."""
+    mask = torch.rand(SIZES[0], generator=torch.Generator().manual_seed(7)) < 0.5
+    first = torch.nonzero(mask if rank == 0 else ~mask).view(-1)
+    second = torch.arange(SIZES[1]) if rank == 0 else torch.arange(0)
+    return first, second
+
+
+def with_queries(data, seed, count):
+    """``data`` with ``count`` query points and targets there."""
+    data = data.clone()
+    g = torch.Generator().manual_seed(100 + seed)
+    data.query_pos = torch.rand(count, 2, generator=g, dtype=torch.float64)
+    data.y = data.query_pos.sin()
+    return data
+
+
+def latent_samples(weighted, queries, latent):
+    """The two samples with their latent meshes (and query points)."""
+    out = []
+    for seed, data in enumerate(samples(weighted)):
+        if queries:
+            data = with_queries(data, seed, QUERIES[seed])
+        data.latent_pos = latent[seed]
+        out.append(data)
+    return out
+
+
+def latent_part(data, nodes, queries, rank):
+    """What a process holds of a sample: its ``nodes``, and every other query point."""
+    piece = data.clone()
+    for key in ("pos", "x", "weight"):
+        if getattr(data, key, None) is not None:
+            piece[key] = data[key][nodes]
+    targets = torch.arange(rank, len(data.y), 2) if queries else nodes
+    piece.y = data.y[targets]
+    if queries:
+        piece.query_pos = data.query_pos[targets]
+    return piece
+
+
+def latent_step(name, batch, chunk_nodes=None):
+    """Outputs and gradients (zeros for a parameter without one) of the summed squared error."""
+    torch.manual_seed(0)
+    model = LATENT_MODELS[name]().double().train()
+    out = model(batch) if chunk_nodes is None else model.forward_chunked(batch, chunk_nodes)
+    (out - batch.y).square().sum().backward()
+    grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in model.parameters()]
+    return out.detach(), torch.cat([g.flatten() for g in grads])
+
+
+def _refusal(fn):
+    try:
+        fn()
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _latent_worker(rank: int, port: int, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        held = held_nodes(rank)
+        # every process samples the same latent mesh from the whole mesh's coordinates
+        latent = [split_latent_mesh(part(d, rank), LATENT_POINTS).latent_pos for d in samples(True)]
+        out = {"latent": latent}
+        for name, weighted, queries in LATENT_CASES:
+            whole = latent_samples(weighted, queries, latent)
+            pieces = [latent_part(d, held[i], queries, rank) for i, d in enumerate(whole)]
+            batch = next(iter(make_loader(pieces, batch_size=2)))
+            with split_mesh():
+                values, grads = latent_step(name, batch, chunk_nodes=37)
+            dist.all_reduce(grads)  # the gradient of the whole mesh's loss
+            out[name, weighted, queries] = (values, grads)
+        pieces = [
+            latent_part(d, held[i], True, rank)
+            for i, d in enumerate(latent_samples(True, True, latent))
+        ]
+        queried = next(iter(make_loader(pieces, batch_size=2)))
+        for piece in pieces:
+            del piece.latent_pos
+        no_latent = next(iter(make_loader(pieces, batch_size=2)))
+        other = [latent_samples(True, False, [lat + 0.01 * rank for lat in latent])[0]]
+        shifted = next(iter(make_loader([latent_part(other[0], held[0], False, rank)])))
+        pit = PiT(3, 2, 2, width=8, blocks=1).double()
+        refusals = {
+            "pit-no-latent": lambda: pit.forward_chunked(no_latent, 37),
+            "galerkin-no-latent": lambda: (
+                LATENT_MODELS["galerkin"]().double().forward_chunked(no_latent, 37)
+            ),
+            "decoder-blocks": lambda: (
+                PiT(3, 2, 2, width=8, blocks=1, decoder_blocks=1)
+                .double()
+                .forward_chunked(queried, 37)
+            ),
+            "pointwise-queries": lambda: (
+                LATENT_MODELS["pit-pointwise"]().double().forward_chunked(queried, 37)
+            ),
+            "different-latent": lambda: pit.forward_chunked(shifted, 37),
+        }
+        with split_mesh():
+            out["refusals"] = {key: _refusal(fn) for key, fn in refusals.items()}
+        results[rank] = out
+    finally:
+        dist.destroy_process_group()
+
+
+def test_pit_and_galerkin_split_at_their_latent_mesh_give_one_process_outputs_and_gradients():
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_latent_worker, args=(_free_port(), results), nprocs=2, join=True)
+        results = dict(results)
+    latent = results[0]["latent"]
+    for mine, theirs, data in zip(latent, results[1]["latent"], samples(True)):
+        assert torch.equal(mine, theirs)  # the same latent mesh on every process
+        assert len(mine) == LATENT_POINTS
+        assert ((mine[:, None] - data.pos[None]).abs().sum(-1).amin(1) == 0).all()  # its nodes
+    for name, weighted, queries in LATENT_CASES:
+        batch = next(iter(make_loader(latent_samples(weighted, queries, latent), batch_size=2)))
+        out, grads = latent_step(name, batch)
+        scale = float(grads.abs().max())
+        for rank in (0, 1):
+            if queries:
+                rows = torch.cat(
+                    [
+                        torch.arange(rank, QUERIES[0], 2),
+                        QUERIES[0] + torch.arange(rank, QUERIES[1], 2),
+                    ]
+                )
+            else:
+                first, second = held_nodes(rank)
+                rows = torch.cat([first, SIZES[0] + second])
+            values, split_grads = results[rank][name, weighted, queries]
+            case = (name, weighted, queries, rank)
+            assert values.shape == out[rows].shape, case
+            assert torch.allclose(values, out[rows], rtol=1e-7, atol=1e-9), case
+            assert float((split_grads - grads).abs().max()) < 1e-7 * scale, case
+    expected = {
+        "pit-no-latent": "PiT under split_mesh needs a latent mesh that every process holds whole",
+        "galerkin-no-latent": "the Galerkin Transformer under split_mesh needs a latent mesh",
+        "decoder-blocks": "PiT with decoder_blocks=1 attends among all the query points",
+        "pointwise-queries": "PiT(pointwise=True) reads the input fields of each query point",
+        "different-latent": "differ between the processes of split_mesh",
+    }
+    for rank in (0, 1):
+        for key, message in expected.items():
+            assert message in (results[rank]["refusals"][key] or ""), (rank, key)

@@ -21,7 +21,13 @@ from meshop.data.grid import grid_tensor, interpolate_grid, node_tensor, sample_
 from meshop.data.latent import coarse_shape as divided_shape
 from meshop.errors import ConfigError
 from meshop.nn.blocks.galerkin_encoder_layer import NORMS, GalerkinEncoderLayer, check_attention
-from meshop.nn.chunked import cross_attention, map_over_chunks
+from meshop.nn.chunked import (
+    check_shared,
+    cross_attention,
+    map_over_chunks,
+    mesh_group,
+    replicated,
+)
 from meshop.nn.cinn import CiNNDown, CiNNUp
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import ACTIVATIONS, MLP
@@ -320,8 +326,16 @@ class GalerkinTransformer(nn.Module):
         it reads, encoder layers on node sets larger than a chunk integrate their kernels over
         the chunks (:meth:`~meshop.nn.GalerkinEncoderLayer.forward_chunked`), the cross attention
         up and the head run for chunks of query points. The grid path (CiNN, spectral layers)
-        needs whole grids and runs unchunked."""
+        needs whole grids and runs unchunked.
+
+        Inside :func:`~meshop.nn.chunked.split_mesh` (mesh path, a latent mesh ``latent_pos``
+        that every process holds whole) the cross attention down merges every process's softmax
+        sums over its own input nodes, then the encoder, the cross attention up to the process's
+        query points and the head run on every process. Refused (:class:`ConfigError`) on the
+        grid path and without a latent mesh."""
         x = self._features(data)
+        if mesh_group() is not None:
+            self._check_split(data)
         if self.uses_grid_path(data):
             return self._grid_forward(data, x)
         pos, batch = data.pos, node_batch(data)
@@ -339,26 +353,49 @@ class GalerkinTransformer(nn.Module):
             chunk_nodes,
         )
         samples = num_samples(data)
-        for layer in self.encoder:
-            if len(h) <= chunk_nodes:
-                h = layer(h, latent_pos, latent_batch, weight)
-            else:
-                h = layer.forward_chunked(h, latent_pos, latent_batch, weight, samples, chunk_nodes)
+        with replicated():
+            for layer in self.encoder:
+                if len(h) <= chunk_nodes:
+                    h = layer(h, latent_pos, latent_batch, weight)
+                else:
+                    h = layer.forward_chunked(
+                        h, latent_pos, latent_batch, weight, samples, chunk_nodes
+                    )
 
-        def decoded(nodes):
-            up = cross_attention(
-                self.cross_up,
-                lambda sources: h[sources],
-                latent_pos,
-                latent_batch,
-                None,
-                query_pos[nodes],
-                query_batch[nodes],
-                chunk_nodes,
+            def decoded(nodes):
+                up = cross_attention(
+                    self.cross_up,
+                    lambda sources: h[sources],
+                    latent_pos,
+                    latent_batch,
+                    None,
+                    query_pos[nodes],
+                    query_batch[nodes],
+                    chunk_nodes,
+                )
+                return self.head(torch.cat([up, query_pos[nodes]], dim=-1))
+
+            return map_over_chunks(decoded, len(query_pos), chunk_nodes)
+
+    def _check_split(self, data: Data) -> None:
+        """What :meth:`forward_chunked` cannot split over processes, refused with what to do."""
+        name = "Fourier" if self.config["attention"] == "fourier" else "Galerkin"
+        if self.uses_grid_path(data):
+            raise ConfigError(
+                f"the {name} Transformer's grid path (CiNN, spectral regressor) needs whole grids, "
+                f"which split_mesh spreads over processes; split it on the mesh path "
+                f"(path='mesh') with a latent mesh, or evaluate each grid whole on a process"
             )
-            return self.head(torch.cat([up, query_pos[nodes]], dim=-1))
-
-        return map_over_chunks(decoded, len(query_pos), chunk_nodes)
+        if getattr(data, "latent_pos", None) is None:
+            raise ConfigError(
+                f"the {name} Transformer under split_mesh needs a latent mesh that every process "
+                f"holds whole: give every process's part the same latent_pos "
+                f"(meshop.nn.chunked.split_latent_mesh(part, 256) samples it from the whole "
+                f"mesh; meshop's own pipelines: latent_points=256, --latent-points 256). Its "
+                f"default latent mesh on meshes is the input mesh itself, on which each process "
+                f"would need every node's features for its own nodes"
+            )
+        check_shared(*latent_nodes(data), mesh_group(), "the latent meshes (latent_pos)")
 
     def _features(self, data: Data) -> Tensor:
         """The node features, checked against the model's dimension and input channels."""

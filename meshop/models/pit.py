@@ -18,7 +18,14 @@ from meshop.data.batching import (
 )
 from meshop.errors import ConfigError
 from meshop.nn.blocks.pit_block import PiTBlock
-from meshop.nn.chunked import cross_attention, map_over_chunks
+from meshop.nn.chunked import (
+    AllReduceSum,
+    check_shared,
+    cross_attention,
+    map_over_chunks,
+    mesh_group,
+    replicated,
+)
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
 
@@ -207,14 +214,27 @@ class PiT(nn.Module):
         nodes and lifts only the input nodes their receptive fields hold; the decoder and head
         run for chunks of query points; processor blocks on node sets larger than a chunk attend
         for chunks of targets with the sources streamed. The only state of size N is the input
-        and the output; in training every chunk is checkpointed (:mod:`meshop.nn.chunked`)."""
+        and the output; in training every chunk is checkpointed (:mod:`meshop.nn.chunked`).
+
+        Inside :func:`~meshop.nn.chunked.split_mesh` each process holds a part of the input
+        nodes (and its own query points, or none: the outputs at its own nodes) and every
+        process the same latent mesh ``latent_pos``: the encoder's softmax sums over each
+        process's sources are merged over the processes (its receptive fields, and the latent
+        nodes' quadrature weights, are those of the whole mesh), then the processor and the
+        decoder run on every process. Refused (:class:`ConfigError`) without a latent mesh, with
+        ``decoder_blocks`` (attention among the query points of every process) and with
+        ``pointwise`` and query points (their nearest input node may be another process's)."""
+        group = mesh_group()
+        if group is not None:
+            self._check_split(data)
         features = self._features(data)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
-        query_pos, query_batch = query_nodes(data)
         weight, latent_weight, query_weight = (
             node_set_weights(data) if self.weighted else (None,) * 3
         )
+        if group is not None and latent_weight is not None:  # each process's nodes' share
+            latent_weight = AllReduceSum.apply(latent_weight, group)
 
         def lifted(nodes):
             return F.gelu(self.lift(features[nodes]))
@@ -222,8 +242,18 @@ class PiT(nn.Module):
         u = cross_attention(
             self.encoder, lifted, pos, batch, weight, latent_pos, latent_batch, chunk_nodes
         )
-        u = _blocks(self.processor, F.gelu(u), latent_pos, latent_batch, latent_weight, chunk_nodes)
+        with replicated():
+            return self._decode_chunked(
+                data, F.gelu(u), latent_pos, latent_batch, latent_weight, query_weight, chunk_nodes
+            )
 
+    def _decode_chunked(
+        self, data, u, latent_pos, latent_batch, latent_weight, query_weight, chunk_nodes
+    ) -> Tensor:
+        """The processor on the latent features ``u`` and the decoder to the query points, in
+        chunks (:meth:`forward_chunked`)."""
+        query_pos, query_batch = query_nodes(data)
+        u = _blocks(self.processor, u, latent_pos, latent_batch, latent_weight, chunk_nodes)
         own = query_features(data) if self.query_lift is not None else None
 
         def decoded(nodes):
@@ -247,6 +277,29 @@ class PiT(nn.Module):
         h = decoded(slice(0, n))
         h = _blocks(self.decoder_processor, h, query_pos, query_batch, query_weight, chunk_nodes)
         return map_over_chunks(lambda nodes: self.head(h[nodes]), n, chunk_nodes)
+
+    def _check_split(self, data: Data) -> None:
+        """What :meth:`forward_chunked` cannot split over processes, refused with what to do."""
+        if getattr(data, "latent_pos", None) is None:
+            raise ConfigError(
+                "PiT under split_mesh needs a latent mesh that every process holds whole: give "
+                "every process's part the same latent_pos (meshop.nn.chunked.split_latent_mesh("
+                "part, 256) samples it from the whole mesh); without it the latent mesh is the "
+                "input mesh, which split_mesh spreads over the processes"
+            )
+        check_shared(*latent_nodes(data), mesh_group(), "the latent meshes (latent_pos)")
+        if len(self.decoder_processor):
+            raise ConfigError(
+                f"PiT with decoder_blocks={len(self.decoder_processor)} attends among all the "
+                f"query points of a sample, which split_mesh spreads over the processes; "
+                f"evaluate it with each sample whole on a process"
+            )
+        if self.query_lift is not None and getattr(data, "query_pos", None) is not None:
+            raise ConfigError(
+                "PiT(pointwise=True) reads the input fields of each query point's nearest input "
+                "node, which split_mesh may have put on another process; split it without "
+                "query_pos (the outputs at each process's own nodes), or evaluate it whole"
+            )
 
     def _features(self, data: Data) -> Tensor:
         """The node features, checked against the model's dimension and input channels."""

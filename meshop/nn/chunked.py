@@ -40,10 +40,11 @@ from torch.utils.checkpoint import checkpoint
 
 from meshop._pyg import Data
 from meshop.data.batching import node_chunks
+from meshop.data.latent import farthest_point_sampling
 from meshop.data.neighbors import squared_distance
 from meshop.errors import ConfigError
 from meshop.nn.local_position_attention import LocalPositionAttention
-from meshop.nn.position_attention import PositionAttention
+from meshop.nn.position_attention import PositionAttention, softmax_quotient
 
 #: nodes from which :func:`default_chunk_nodes` chunks a batch (below, the unchunked pass is
 #: faster and small)
@@ -143,10 +144,20 @@ def add_integrals(a, b):
 
 def run_chunk(fn: Callable[[slice], object], nodes: slice):
     """``fn(nodes)``, checkpointed when autograd records it (its intermediates are recomputed in
-    the backward pass instead of kept)."""
-    if torch.is_grad_enabled():
-        return checkpoint(fn, nodes, use_reentrant=False)
-    return fn(nodes)
+    the backward pass instead of kept, under the :func:`split_mesh` group of the forward pass,
+    wherever the backward is called)."""
+    if not torch.is_grad_enabled():
+        return fn(nodes)
+    group = mesh_group()
+
+    def replay(nodes):
+        token = _MESH_GROUP.set(group)
+        try:
+            return fn(nodes)
+        finally:
+            _MESH_GROUP.reset(token)
+
+    return checkpoint(replay, nodes, use_reentrant=False)
 
 
 def sum_over_chunks(fn: Callable[[slice], object], n: int, chunk_nodes: int, layer=None):
@@ -172,13 +183,20 @@ _MESH_GROUP: ContextVar[object | None] = ContextVar("meshop_mesh_group", default
 def split_mesh(group=None):
     """Within this context every process of ``group`` (torch.distributed's default group when
     None) holds a part of the nodes of the same samples, and every layer's integrals are summed
-    over the processes (:func:`torch.distributed.nn.functional.all_reduce`, so that gradients
-    flow back through the sums): ``forward_chunked`` of the Transolver, ONO and the MLP baseline
-    on each process's nodes gives the outputs of the whole mesh at those nodes, and the sum over
-    the processes of each process's parameter gradients is the gradient of the whole mesh's loss.
-    The quadrature weights must be the mesh's (equal weights are 1 per node, not ``1/n`` of a
-    part). Models whose receptive fields need every source of a sample on one process (PiT, the
-    Galerkin Transformer's cross attention) refuse to run split."""
+    over the processes (:class:`AllReduceSum`, so that gradients flow back through the sums):
+    ``forward_chunked`` on each process's nodes gives the outputs of the whole mesh at those
+    nodes, and the sum over the processes of each process's parameter gradients is the gradient
+    of the whole mesh's loss. The quadrature weights must be the mesh's (equal weights are 1 per
+    node, not ``1/n`` of a part).
+
+    The Transolver, ONO and the MLP baseline split every layer. PiT and the Galerkin and Fourier
+    Transformers on meshes split their cross attention from the input mesh to a latent mesh
+    that every process holds whole (``latent_pos``, the same on every process:
+    :func:`split_latent_mesh` samples one from the whole mesh): each process sums its own
+    sources' share of every latent node's softmax (:func:`cross_attention`), the shares are
+    merged over the processes (:func:`reduce_softmax_sums`), and the layers on the latent mesh
+    and the decoder to each process's query points run on every process (:func:`replicated`).
+    Without a latent mesh they refuse (the latent mesh would be the split input mesh itself)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         raise ConfigError(
             "split_mesh needs torch.distributed: launch with torchrun and call "
@@ -194,6 +212,18 @@ def split_mesh(group=None):
 def mesh_group():
     """The process group of :func:`split_mesh` in force, or None."""
     return _MESH_GROUP.get()
+
+
+@contextmanager
+def replicated():
+    """Within :func:`split_mesh`, a block whose layers run on node sets that every process holds
+    whole (PiT's latent mesh and its decoder to the process's own query points): nothing in it
+    is reduced over the processes. Outside :func:`split_mesh` it changes nothing."""
+    token = _MESH_GROUP.set(None)
+    try:
+        yield
+    finally:
+        _MESH_GROUP.reset(token)
 
 
 def mesh_weight(data: Data, weight: Tensor) -> Tensor:
@@ -213,6 +243,93 @@ def all_reduce_integrals(total, group):
     if isinstance(total, tuple):
         return tuple(all_reduce_integrals(value, group) for value in total)
     return AllReduceSum.apply(total, group)
+
+
+def reduce_softmax_sums(sums: dict[str, Tensor], group) -> dict[str, Tensor]:
+    """Softmax sums over disjoint parts of the sources, one part per process of ``group``, merged
+    exactly: each process's sums (any entries besides ``"max"``, whose leading dimensions are
+    those of ``"max"``) shifted by its own maximum logit ``"max"`` (detached; -inf where the
+    process has no source) are rescaled to the largest maximum of all processes, then summed over
+    them with gradients (:class:`AllReduceSum`)."""
+    top = sums["max"].detach().clone()
+    torch.distributed.all_reduce(top, op=torch.distributed.ReduceOp.MAX, group=group)
+    scale = torch.exp(sums["max"].detach() - top).nan_to_num(0.0)  # no source anywhere: 0
+    out = {"max": top}
+    for key, value in sums.items():
+        if key != "max":
+            factor = scale.view(*scale.shape, *(1,) * (value.dim() - scale.dim()))
+            out[key] = AllReduceSum.apply(value * factor.to(value.dtype), group)
+    return out
+
+
+def gather_nodes(pos: Tensor, batch: Tensor, group) -> tuple[Tensor, Tensor, Tensor]:
+    """The coordinates of every process's nodes, identical on every process of ``group``:
+    ``(pos [N, D], batch [N], mine [n])``, the nodes of all processes sorted by sample (then by
+    process, then in each process's order), and where this process's ``n`` nodes are among
+    them. Coordinates only, without autograd: what a receptive field over the whole mesh or a
+    latent mesh sampled from it needs."""
+    dist = torch.distributed
+    size, rank = dist.get_world_size(group), dist.get_rank(group)
+    pos, batch = pos.detach(), batch.detach()
+    count = torch.tensor([len(pos)], device=pos.device)
+    counts = [torch.zeros_like(count) for _ in range(size)]
+    dist.all_gather(counts, count, group=group)
+    counts = [int(c) for c in counts]
+    most = max(counts)
+    padded_pos = pos.new_zeros(most, pos.shape[1])
+    padded_pos[: len(pos)] = pos
+    padded_batch = batch.new_zeros(most)
+    padded_batch[: len(batch)] = batch
+    every_pos = [torch.empty_like(padded_pos) for _ in range(size)]
+    every_batch = [torch.empty_like(padded_batch) for _ in range(size)]
+    dist.all_gather(every_pos, padded_pos, group=group)
+    dist.all_gather(every_batch, padded_batch, group=group)
+    all_pos = torch.cat([p[:c] for p, c in zip(every_pos, counts)])
+    all_batch = torch.cat([b[:c] for b, c in zip(every_batch, counts)])
+    order = torch.argsort(all_batch, stable=True)
+    where = torch.empty_like(order)
+    where[order] = torch.arange(len(order), device=order.device)
+    first = sum(counts[:rank])
+    return all_pos[order], all_batch[order], where[first : first + len(pos)]
+
+
+def check_shared(pos: Tensor, batch: Tensor, group, what: str) -> None:
+    """Raise :class:`ConfigError` unless every process of ``group`` holds the same nodes
+    ``pos`` (sorted ``batch``): compared by their number and sums, in float64."""
+    pos = pos.detach().to(torch.float64)
+    mark = torch.stack(
+        [
+            pos.new_tensor(float(len(pos))),
+            pos.sum(),
+            pos.square().sum(),
+            batch.detach().to(torch.float64).sum(),
+        ]
+    )
+    both = torch.cat([mark, -mark])
+    torch.distributed.all_reduce(both, op=torch.distributed.ReduceOp.MAX, group=group)
+    if not torch.equal(both[:4], -both[4:]):
+        raise ConfigError(
+            f"{what} differ between the processes of split_mesh; give every process the same "
+            f"latent mesh (latent_pos, e.g. from meshop.nn.chunked.split_latent_mesh)"
+        )
+
+
+def split_latent_mesh(data: Data, num_points: int, seed: int | None = 0, group=None) -> Data:
+    """:func:`meshop.data.add_latent_mesh` for a part of a mesh split over processes (each
+    process calls it with its own part of the same sample, inside torch.distributed): farthest
+    point sampling of ``num_points`` nodes from the coordinates of the whole mesh, gathered from
+    every process (:func:`gather_nodes`), so that every process gets the same ``latent_pos``.
+    Returns ``data`` (modified in place)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        raise ConfigError(
+            "split_latent_mesh needs torch.distributed: launch with torchrun and call "
+            "torch.distributed.init_process_group first"
+        )
+    group = group if group is not None else torch.distributed.group.WORLD
+    batch = torch.zeros(len(data.pos), dtype=torch.long, device=data.pos.device)
+    pos, _, _ = gather_nodes(data.pos, batch, group)
+    data.latent_pos = pos[farthest_point_sampling(pos, num_points, seed=seed)].clone()
+    return data
 
 
 class AllReduceSum(torch.autograd.Function):
@@ -271,41 +388,77 @@ def cross_attention(
     samples (exactly the fields of the whole target set) and attends over the sources they
     hold (:meth:`~meshop.nn.LocalPositionAttention.attend_edges`); the chunks hold about
     ``4 * chunk_nodes`` edges. A global layer streams the sources
-    (:meth:`~meshop.nn.PositionAttention.attend_streamed`). Returns ``[N_dst, C_out]``."""
-    if mesh_group() is not None:
-        raise ConfigError(
-            f"{type(layer).__name__} attends from every source of a sample, which split_mesh "
-            f"spreads over processes; evaluate this model with each sample whole on a process"
-        )
-    if isinstance(layer, LocalPositionAttention):
-        return _local_cross_attention(
-            layer, source, pos, batch, weight, pos_dst, batch_dst, chunk_nodes
-        )
-    if not isinstance(layer, PositionAttention):
+    (:meth:`~meshop.nn.PositionAttention.attend_streamed`). Returns ``[N_dst, C_out]``.
+
+    Inside :func:`split_mesh` the sources are this process's part of the mesh and the targets
+    must be the same on every process (a latent mesh; :class:`ConfigError` else). A local
+    layer's receptive fields are those of the whole mesh, searched among the coordinates of every
+    process's sources (:func:`gather_nodes`), of which each process attends over its own; each
+    process's softmax sums (:meth:`~meshop.nn.LocalPositionAttention.edge_sums`,
+    :meth:`~meshop.nn.PositionAttention.streamed_sums`) are merged over the processes
+    (:func:`reduce_softmax_sums`), so every process gets the whole mesh's attention at every
+    target."""
+    if not isinstance(layer, (LocalPositionAttention, PositionAttention)):
         raise ConfigError(f"no chunked cross attention for {type(layer).__name__}")
+    group = mesh_group()
+    if group is not None:
+        check_shared(pos_dst, batch_dst, group, f"the target nodes of {type(layer).__name__}")
+    local = isinstance(layer, LocalPositionAttention)
+    if local:
+        parts = _local_cross_attention(
+            layer, source, pos, batch, weight, pos_dst, batch_dst, chunk_nodes, group
+        )
+    else:
 
-    def attend(nodes):
-        return layer.attend_streamed(source, pos, batch, weight, pos_dst[nodes], batch_dst[nodes])
+        def attend(nodes):
+            return getattr(layer, "attend_streamed" if group is None else "streamed_sums")(
+                source, pos, batch, weight, pos_dst[nodes], batch_dst[nodes]
+            )
 
-    return map_over_chunks(attend, len(pos_dst), chunk_nodes)
+        if group is None:
+            return map_over_chunks(attend, len(pos_dst), chunk_nodes)
+        parts = [run_chunk(attend, nodes) for nodes in node_chunks(len(pos_dst), chunk_nodes)]
+    if group is None:
+        return torch.cat(parts) if parts else pos_dst.new_zeros(0, layer.out_channels)
+    if not parts:  # no target
+        empty = pos_dst.new_zeros(0, layer.heads)
+        num = pos_dst.new_zeros(0, layer.heads, layer.head_channels)
+        parts = [{"num": num, "mass": empty, "max": empty}]
+    sums = {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
+    sums = reduce_softmax_sums(sums, group)
+    return softmax_quotient(sums).reshape(len(pos_dst), layer.out_channels)
 
 
-def _local_cross_attention(layer, source, pos, batch, weight, pos_dst, batch_dst, chunk_nodes):
+def _local_cross_attention(
+    layer, source, pos, batch, weight, pos_dst, batch_dst, chunk_nodes, group=None
+):
     """Receptive fields searched for groups of targets of about :data:`SEARCH_EDGES` edges (each
     torch-cluster search builds a tree over all the sources: few large searches, not many small
-    ones), attended in chunks of about ``4 * chunk_nodes`` edges."""
+    ones), attended in chunks of about ``4 * chunk_nodes`` edges: the chunks' outputs, or
+    inside :func:`split_mesh` (``group``) their softmax sums over this process's sources, the
+    fields searched among every process's (:func:`gather_nodes`)."""
+    if group is None:
+        search_pos, search_batch, local = pos, batch, None
+    else:
+        search_pos, search_batch, mine = gather_nodes(pos, batch, group)
+        local = torch.full((len(search_pos),), -1, dtype=torch.long, device=pos.device)
+        local[mine] = torch.arange(len(mine), device=pos.device)
     ((kind, value),) = layer.field.items()
-    most = int(torch.bincount(batch).max()) if len(batch) else 1
+    most = int(torch.bincount(search_batch).max()) if len(search_batch) else 1
     field = {"quantile": value * most + 2, "k": value, "radius": layer.max_num_neighbors}[kind]
     field = max(int(field), 1)
-    group = max(1, SEARCH_EDGES // field)
+    group_size = max(1, SEARCH_EDGES // field)
     targets = max(1, 4 * chunk_nodes // field)
     parts = []
-    for searched in node_chunks(len(pos_dst), group):
+    for searched in node_chunks(len(pos_dst), group_size):
         with torch.no_grad():  # the fields: found once, outside the recomputed part
             index, dist = layer.neighbors(
-                pos, pos_dst[searched], batch, batch_dst[searched], use_cache=False
+                search_pos, pos_dst[searched], search_batch, batch_dst[searched], use_cache=False
             )
+            if local is not None:  # this process's sources, in its own rows (order kept)
+                source_row = local[index[1]]
+                own = source_row >= 0
+                index, dist = torch.stack([index[0][own], source_row[own]]), dist[own]
         count = searched.stop - searched.start
         starts = torch.arange(count + 1, device=index.device)
         bounds = torch.searchsorted(index[0].contiguous(), starts).tolist()
@@ -313,15 +466,23 @@ def _local_cross_attention(layer, source, pos, batch, weight, pos_dst, batch_dst
             lo, hi = bounds[nodes.start], bounds[nodes.stop]
             edges = index[:, lo:hi] - index.new_tensor([[nodes.start], [0]])
             part = _attend_field(
-                layer, source, pos, weight, pos_dst[searched][nodes], edges, dist[lo:hi]
+                layer,
+                source,
+                pos,
+                weight,
+                pos_dst[searched][nodes],
+                edges,
+                dist[lo:hi],
+                sums=group is not None,
             )
             parts.append(part)
-    return torch.cat(parts) if parts else pos_dst.new_zeros(0, layer.out_channels)
+    return parts
 
 
-def _attend_field(layer, source, pos, weight, pos_dst, index, dist):
+def _attend_field(layer, source, pos, weight, pos_dst, index, dist, sums=False):
     """Local attention of a chunk of targets (``pos_dst``) over their edges ``index`` (row 0 a
-    target of the chunk, row 1 a source), lifting only the sources they hold; checkpointed under
+    target of the chunk, row 1 a source), lifting only the sources they hold; its softmax sums
+    (:meth:`~meshop.nn.LocalPositionAttention.edge_sums`) when ``sums``; checkpointed under
     autograd."""
     with torch.no_grad():
         sources, local = torch.unique(index[1], return_inverse=True)
@@ -331,7 +492,8 @@ def _attend_field(layer, source, pos, weight, pos_dst, index, dist):
 
     def attend(_):
         w = None if weight is None else weight[sources]
-        return layer.attend_edges(source(sources), w, edges, dist, len(pos_dst))
+        method = layer.edge_sums if sums else layer.attend_edges
+        return method(source(sources), w, edges, dist, len(pos_dst))
 
     return run_chunk(attend, slice(0, len(pos_dst)))
 
@@ -339,15 +501,21 @@ def _attend_field(layer, source, pos, weight, pos_dst, index, dist):
 __all__ = [
     "CHUNK_FROM",
     "DEFAULT_CHUNK",
+    "AllReduceSum",
     "add_integrals",
     "available_memory",
+    "check_shared",
     "cross_attention",
     "default_chunk_nodes",
+    "gather_nodes",
     "map_over_chunks",
     "mesh_group",
     "mesh_weight",
     "predict_in_chunks",
+    "reduce_softmax_sums",
+    "replicated",
     "run_chunk",
+    "split_latent_mesh",
     "split_mesh",
     "sum_over_chunks",
     "total_nodes",

@@ -92,19 +92,11 @@ class LinearAttention(HeadAttention):
 
     def reduce_integrals(self, sums, group):
         """Every process's softmax sums rescaled to the largest maximum of all, then summed over
-        the processes of :func:`~meshop.nn.chunked.split_mesh` (with gradients)."""
-        from torch.distributed import ReduceOp, all_reduce
+        the processes of :func:`~meshop.nn.chunked.split_mesh` (with gradients:
+        :func:`~meshop.nn.chunked.reduce_softmax_sums`)."""
+        from meshop.nn.chunked import reduce_softmax_sums
 
-        from meshop.nn.chunked import AllReduceSum
-
-        top = sums["max"].clone()
-        all_reduce(top, op=ReduceOp.MAX, group=group)
-        scale = torch.exp(sums["max"] - top).nan_to_num(0.0)
-        return {
-            "kv": AllReduceSum.apply(sums["kv"] * scale[..., None], group),
-            "mass": AllReduceSum.apply(sums["mass"] * scale, group),
-            "max": top,
-        }
+        return reduce_softmax_sums(sums, group)
 
     def kernel(self, sums):
         """The per-sample kernels ``[B, heads, e, e]``: the node softmax of the keys applied to

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from meshop._pyg import softmax
 from meshop.data.neighbors import (
     neighbor_index,
     periodic_neighbor_index,
@@ -17,6 +16,7 @@ from meshop.data.neighbors import (
 from meshop.errors import ConfigError
 from meshop.nn.edge_cache import EdgeCache
 from meshop.nn.interface import check_inputs
+from meshop.nn.position_attention import softmax_quotient
 from meshop.nn.position_kernel import PositionKernel
 from meshop.nn.quadrature import log_weight
 from meshop.nn.sparse import SparseAggregate
@@ -47,8 +47,9 @@ class LocalPositionAttention(PositionKernel):
     - ``radius``: the sources within that distance (a target with none gets zeros).
 
     Neighbour lists come from torch-cluster through :func:`meshop.data.neighbor_index`; the softmax
-    over each target's neighbours is :func:`torch_geometric.utils.softmax` on the :math:`[E, H]`
-    logits, so memory is :math:`O(N_{dst} k)`, never :math:`N_{dst} \times N_{src}`. The weights
+    over each target's neighbours is taken on the :math:`[E, H]` logits, shifted by the target's
+    largest (:meth:`edge_sums`), so memory is :math:`O(N_{dst} k)`, never
+    :math:`N_{dst} \times N_{src}`. The weights
     depend on positions only, so the aggregation is a sparse-dense product per head (CSR, forward
     and backward, :class:`meshop.nn.sparse.SparseAggregate`) and no :math:`[E, C_{out}]` message
     tensor is ever built.
@@ -209,16 +210,40 @@ class LocalPositionAttention(PositionKernel):
         :meth:`neighbors`; ``x`` [N_src, C_in] and ``weight`` [N_src] may be any subset of the
         sources that holds every source of the edges (chunked inference gathers just those);
         ``order`` sorts the edges by source for the backward (None: sorted there). Returns
-        ``[num_dst, C_out]``."""
+        ``[num_dst, C_out]``: the quotient of :meth:`edge_sums` (zeros for a target without
+        edges)."""
+        sums = self.edge_sums(x, weight, index, dist, num_dst, order)
+        return softmax_quotient(sums).view(num_dst, self.out_channels)
+
+    def edge_sums(
+        self,
+        x: Tensor,
+        weight: Tensor | None,
+        index: Tensor,
+        dist: Tensor,
+        num_dst: int,
+        order: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        r"""The softmax sums of eq. (10) over the given edges (arguments of
+        :meth:`attend_edges`), shifted by each target's largest logit :math:`m_i` per head:
+        :math:`\sum_k w_k e^{s_{ik} - m_i} (U W^h)_k` (``"num"`` [num_dst, H, C_h]),
+        :math:`\sum_k w_k e^{s_{ik} - m_i}` (``"mass"`` [num_dst, H]) and :math:`m_i`
+        (``"max"`` [num_dst, H], detached; -inf for a target without edges). The sums over
+        disjoint parts of a receptive field (a mesh split across processes) merge exactly
+        (:func:`meshop.nn.chunked.reduce_softmax_sums`)."""
         v = self.lin_v(x).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
         logits = -dist[:, None] * self.lam[None, :]  # [E, H]
         log_w = log_weight(weight, x)
         if log_w is not None:  # w_k e^{s_k} / sum_j w_j e^{s_j} over each field, exactly
             logits = logits + log_w[index[1], None].to(logits.dtype)
-        alpha = softmax(logits, index=index[0], num_nodes=num_dst)  # over each target's field
-        dtype = torch.promote_types(alpha.dtype, v.dtype)
-        out = SparseAggregate.apply(alpha.to(dtype), v.to(dtype), index, num_dst, order)
-        return out.view(num_dst, self.out_channels)
+        target = index[0, :, None].expand_as(logits)
+        top = logits.new_full((num_dst, self.heads), -torch.inf)
+        top = top.scatter_reduce(0, target, logits.detach(), reduce="amax")
+        p = torch.exp(logits - top[index[0]])  # [E, H]
+        dtype = torch.promote_types(p.dtype, v.dtype)
+        num = SparseAggregate.apply(p.to(dtype), v.to(dtype), index, num_dst, order)
+        mass = p.new_zeros(num_dst, self.heads).index_add(0, index[0], p)
+        return {"num": num, "mass": mass, "max": top}
 
     def __repr__(self) -> str:
         field = ", ".join(f"{name}={value}" for name, value in self.field.items())

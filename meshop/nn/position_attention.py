@@ -246,25 +246,47 @@ class PositionAttention(PositionKernel):
         r"""The layer's output at ``pos_dst`` [N_dst, D] (sorted ``batch_dst``) with the sources
         streamed: ``source(range)`` returns the features ``[n, C_in]`` of a range of the source
         nodes (``pos``, sorted ``batch``, ``weight`` or None), so no more than a block of
-        sources' values exists at a time. Each target's softmax is accumulated block by block
-        with a running maximum :math:`m_i` per head, :math:`\sum_k w_k e^{s_{ik} - m_i} v_k`
-        and :math:`\sum_k w_k e^{s_{ik} - m_i}`, both rescaled when :math:`m_i` grows: the
-        same formula as :meth:`forward`, exact in any blocking. The distances are computed
+        sources' values exists at a time: the quotient (:func:`softmax_quotient`) of
+        :meth:`streamed_sums`, the same formula as :meth:`forward`, exact in any blocking.
+        Chunked evaluation (:mod:`meshop.nn.chunked`) calls it with chunks of targets."""
+        sums = self.streamed_sums(source, pos, batch, weight, pos_dst, batch_dst)
+        return softmax_quotient(sums).view(len(pos_dst), self.out_channels)
+
+    def streamed_sums(
+        self,
+        source: Callable[[slice], Tensor],
+        pos: Tensor,
+        batch: Tensor,
+        weight: Tensor | None,
+        pos_dst: Tensor,
+        batch_dst: Tensor,
+    ) -> dict[str, Tensor]:
+        r"""Each target's softmax sums over the sources (arguments of :meth:`attend_streamed`),
+        accumulated block by block with a running maximum :math:`m_i` per head:
+        :math:`\sum_k w_k e^{s_{ik} - m_i} v_k` (``"num"`` [N_dst, H, C_h]), :math:`\sum_k w_k
+        e^{s_{ik} - m_i}` (``"mass"`` [N_dst, H]) and :math:`m_i` (``"max"`` [N_dst, H],
+        detached; -inf for a target without sources), both sums rescaled when :math:`m_i` grows.
+        Sums of disjoint sets of sources merge exactly in the same way (a mesh split across
+        processes: :func:`meshop.nn.chunked.reduce_softmax_sums`). The distances are computed
         directly (minimum-image when periodic), at most ``4 * chunk_elements`` per block; under
         autograd every block is checkpointed, so that a training step keeps one block's
-        ``[H, N_dst, n]`` tensors, not every block's. Chunked evaluation (:mod:`meshop.nn.chunked`)
-        calls it with chunks of targets."""
+        ``[H, N_dst, n]`` tensors, not every block's."""
         lam = self.lam
         log_w = log_weight(weight, pos)
         box = None if self.periodic is None else box_lengths(self.periodic, pos.shape[1], pos)
-        out = pos_dst.new_zeros(len(pos_dst), self.heads, self.head_channels)
+        n_all = len(pos_dst)
+        sums = {
+            "num": pos_dst.new_zeros(n_all, self.heads, self.head_channels),
+            "mass": pos_dst.new_zeros(n_all, self.heads),
+            "max": pos_dst.new_full((n_all, self.heads), -torch.inf),
+        }
         for src, dst in sample_slices(batch, batch_dst):
             n_dst = dst.stop - dst.start
             if n_dst == 0 or src.stop == src.start:
                 continue
             step = max(1, 4 * self.chunk_elements // (n_dst * self.heads))
 
-            def sums(block, dst=dst):
+            def block_sums(block, dst=dst):
                 """One block of sources' softmax sums, shifted by their own maximum ``top``
                 (detached: any shift gives the same quotient): ``(sum p v, sum p, top)``."""
                 v = self.lin_v(source(block)).view(-1, self.heads, self.head_channels)
@@ -282,9 +304,9 @@ class PositionAttention(PositionKernel):
             for start in range(src.start, src.stop, step):
                 block = slice(start, min(start + step, src.stop))
                 if torch.is_grad_enabled():  # the block's [H, n_dst, n] tensors recomputed
-                    part, mass, block_top = checkpoint(sums, block, use_reentrant=False)
+                    part, mass, block_top = checkpoint(block_sums, block, use_reentrant=False)
                 else:
-                    part, mass, block_top = sums(block)
+                    part, mass, block_top = block_sums(block)
                 if num is None:
                     num, den, top = part, mass, block_top
                     continue
@@ -293,8 +315,10 @@ class PositionAttention(PositionKernel):
                 num = num * old[..., None].to(num.dtype) + part * new[..., None].to(num.dtype)
                 den = den * old + mass * new
                 top = new_top
-            out[dst] = (num / den[..., None].to(num.dtype)).transpose(0, 1).to(out.dtype)
-        return out.view(len(pos_dst), self.out_channels)
+            sums["num"][dst] = num.transpose(0, 1).to(pos_dst.dtype)
+            sums["mass"][dst] = den.t().to(pos_dst.dtype)
+            sums["max"][dst] = top.t().to(pos_dst.dtype)
+        return sums
 
     def __repr__(self) -> str:
         periodic = "" if self.periodic is None else f", periodic={self.periodic}"
@@ -302,6 +326,14 @@ class PositionAttention(PositionKernel):
             f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
             f"heads={self.heads}, lambda_param={self.lambda_param!r}{periodic})"
         )
+
+
+def softmax_quotient(sums: dict[str, Tensor]) -> Tensor:
+    r"""A softmax attention from its sums (:meth:`PositionAttention.streamed_sums`,
+    :meth:`~meshop.nn.LocalPositionAttention.edge_sums`): ``num / mass`` per target and head
+    ``[N_dst, H, C_h]``, zeros where a target has no source (its mass is 0)."""
+    mass = sums["mass"].clamp_min(torch.finfo(sums["mass"].dtype).tiny)
+    return sums["num"] / mass[..., None].to(sums["num"].dtype)
 
 
 __all__ = [
@@ -312,4 +344,5 @@ __all__ = [
     "log_weight",
     "minimum_image",
     "positive_lambda",
+    "softmax_quotient",
 ]
