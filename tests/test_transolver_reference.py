@@ -3,16 +3,14 @@ irregular-mesh model: meshop's Transolver with the same weights computes it (wit
 ``1e-5`` in the slice norms left out), and, when a clone of the authors' repository is given
 (``MESHOP_TRANSOLVER_CLONE=/path/to/Transolver``), so does their own ``Model``."""
 
-import importlib.util
 import json
 import os
-import sys
-import types
 from pathlib import Path
 
 import pytest
 import torch
 
+from benchmarks.lib.authors import transolver_class
 from benchmarks.lib.reference import PhysicsAttentionReference, TransolverReference, dense_inputs
 from benchmarks.lib.workloads import batch_of, samples
 from benchmarks.speed import training_vs_reference
@@ -75,34 +73,12 @@ def test_reference_is_meshops_transolver_with_the_same_weights(monkeypatch):
     torch.testing.assert_close(out, ref(features), rtol=1e-10, atol=1e-12)
 
 
-def authors_model(clone: Path):
-    """The authors' ``Model`` of ``Transolver_Irregular_Mesh.py``, imported from the clone (their
-    module imports timm only for a truncated-normal initialisation, which torch has)."""
-    pytest.importorskip("einops", reason="the authors' model needs einops")
-    root = clone / "PDE-Solving-StandardBenchmark"
-    if importlib.util.find_spec("timm") is None:
-        layers = types.ModuleType("timm.models.layers")
-        layers.trunc_normal_ = torch.nn.init.trunc_normal_
-        for name, module in (("timm", None), ("timm.models", None), ("timm.models.layers", layers)):
-            sys.modules.setdefault(name, module or types.ModuleType(name))
-    sys.path.insert(0, str(root))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "authors_transolver", root / "model" / "Transolver_Irregular_Mesh.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(root))
-    return module.Model
-
-
 @pytest.mark.skipif(
     not os.environ.get("MESHOP_TRANSOLVER_CLONE"),
     reason="set MESHOP_TRANSOLVER_CLONE to a clone of the Transolver authors' repository",
 )
 def test_reference_is_the_authors_irregular_mesh_model():
-    model = authors_model(Path(os.environ["MESHOP_TRANSOLVER_CLONE"]))
+    model = transolver_class(Path(os.environ["MESHOP_TRANSOLVER_CLONE"]))
     theirs = model(
         space_dim=2,
         n_layers=SIZES["layers"],

@@ -1,0 +1,404 @@
+"""Accuracy against the authors' code: the Transolver and ONO of meshop and of their authors' public
+repositories, trained at the same settings on the same data with the same training loop.
+
+For each model, the authors' model is imported from a local clone of their repository (never
+copied into meshop; :mod:`benchmarks.lib.authors`) and trained next to meshop's model at the same
+width, layers, heads, slices (Transolver) or eigenfunctions ``k`` (ONO), MLP ratio, optimiser,
+learning-rate schedule, gradient clipping, epochs, batch size and data, with seeds 0 and 1. Both
+run through meshop's :class:`~meshop.train.Trainer`: the same normalisers fitted on the training
+split (inputs, coordinates, outputs), the same per-sample relative L2 loss, the same shuffling per
+seed and the same evaluation (mean and median per-sample relative L2 on the test split), on one
+torch thread. The authors' models take dense ``[B, N, C]`` batches, so the data is Darcy flow on
+a uniform grid (every sample the same nodes, quadrature weights ``1/N``: meshop's integrals are
+then the authors' unweighted sums over the nodes).
+
+meshop's ONO is built with the options of the authors' ``ONO2`` (batch whitening with a running
+moment, no value projection, the raw sum as inner product, linear attention without per-head
+layer norms or coordinates in the feature stream, a linear last stage: ``ONO_AUTHORS`` of
+``benchmarks/lib/training_steps.py``); its defaults are a further row with ``--ono-defaults``.
+
+    python -m benchmarks.accuracy.vs_authors --transolver-dir ~/src/Transolver --ono-dir ~/src/ONO
+    python -m benchmarks.accuracy.vs_authors --quick --transolver-dir ~/src/Transolver
+
+A model whose clone is not given (or lacks the authors' file, or a package their module needs)
+is skipped with a message naming what to pass; the result files say so too. Clones:
+``git clone https://github.com/thuml/Transolver`` and ``git clone https://github.com/xzppp/ONO``;
+the ONO module needs ``pip install einops linear-attention-transformer``.
+
+The full run (2 models x 2 implementations x 2 seeds) took about 40 minutes on the 2-core
+development machine while other jobs shared it (the result file gives the time and the load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from benchmarks.lib.authors import AuthorsCodeMissing, DenseModel, ono_class, transolver_class
+from benchmarks.lib.common import (
+    RESULTS,
+    SECTION_END,
+    SECTION_START,
+    machine,
+    markdown_table,
+    progress,
+)
+from benchmarks.lib.training_steps import ONO_AUTHORS
+
+NAME = "vs_authors"
+#: the data: Darcy flow on a 22 x 22 grid (coefficient -> pressure), solved on a 211 x 211 grid
+DATA = dict(num_train=200, num_test=50, resolution=22, fine_resolution=211)
+QUICK_DATA = dict(num_train=4, num_test=2, resolution=6, fine_resolution=41)
+#: the models' sizes: meshop's CPU presets (meshop.train.presets), also the speed benchmark's
+SIZES = {
+    "transolver": dict(width=64, layers=4, heads=4, slices=32, mlp_ratio=1),
+    "ono": dict(width=64, layers=4, heads=4, k=16, mlp_ratio=1),
+}
+QUICK_SIZES = {
+    "transolver": dict(width=16, layers=2, heads=2, slices=4, mlp_ratio=1),
+    "ono": dict(width=16, layers=2, heads=2, k=4, mlp_ratio=1),
+}
+#: epochs of every run of a model (both implementations, both seeds)
+EPOCHS = {"transolver": 60, "ono": 60}
+#: the optimisation of both authors' scripts: AdamW (weight decay 1e-5), lr 1e-3, one-cycle with
+#: PyTorch's defaults (from lr/25, peak at 30 %, to lr/25e4), gradient norm clipped at 0.1;
+#: batch 4 as meshop's Darcy preset
+TRAINING = dict(
+    optimizer="adamw",
+    weight_decay=1e-5,
+    lr=1e-3,
+    schedule="onecycle",
+    pct_start=0.3,
+    div_factor=25.0,
+    final_div_factor=1e4,
+    clip=0.1,
+    batch_size=4,
+)
+SEEDS = (0, 1)
+TITLES = {"transolver": "Transolver", "ono": "ONO"}
+#: the row of meshop's ONO with ``ONO2``'s one-layer lift and initialisation (a diagnosis)
+LIFTED = "meshop, ONO2's lift and init"
+#: what the rows of a model's table are
+ROWS = {
+    "transolver": (
+        "The authors' model adds a learned placeholder (width parameters, initialised uniform "
+        "in [0, 1/width]) to the lifted features; meshop's Transolver has the same sum in the "
+        "bias of its lift's second layer (initialised zero): the same function, width fewer "
+        "parameters."
+    ),
+    "ono": (
+        "meshop: meshop's ONO with the options of the authors' ONO2 (batch whitening with a "
+        "running moment, no value projection, the sum as inner product, linear attention "
+        "without per-head layer norms or coordinates, a linear last stage). "
+        f"{LIFTED}: the same, with two differences of parameterisation removed in the benchmark "
+        "(ONO2 lifts the node features with one linear layer where meshop's encoder has two, "
+        "and initialises every linear layer, its linear attention's included, truncated normal "
+        "with std 0.02 and zero bias); what remains are the biases of meshop's Q, K, V "
+        "projections and the place of the factor d_head^-1/2 (meshop leaves it to the output "
+        "projection)."
+    ),
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--transolver-dir", type=Path, default=None, help="a clone of github.com/thuml/Transolver"
+    )
+    parser.add_argument(
+        "--ono-dir", type=Path, default=None, help="a clone of github.com/xzppp/ONO"
+    )
+    parser.add_argument("--models", default="transolver,ono", help="comma-separated names")
+    parser.add_argument(
+        "--ono-defaults", action="store_true", help="also train meshop's ONO with its defaults"
+    )
+    parser.add_argument("--epochs", type=int, default=None, help="every run (default: EPOCHS)")
+    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated")
+    parser.add_argument("--quick", action="store_true", help="tiny data and models, one epoch")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    parser.add_argument("--data-dir", default=None, help="data root of the generated datasets")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
+    return parser.parse_args(argv)
+
+
+def load_splits(args):
+    from meshop.datasets.registry import build_dataset
+
+    options = dict(QUICK_DATA if args.quick else DATA, seed=0, progress=False)
+    return options, [build_dataset("darcy", s, args.data_dir, **options) for s in ("train", "test")]
+
+
+def implementations(model: str, args) -> dict:
+    """``{implementation: build()}`` of ``model``: meshop's (as the authors' model for ONO, and
+    with meshop's defaults with ``--ono-defaults``) and the authors', imported from the clone
+    (raises :class:`AuthorsCodeMissing` when it cannot be)."""
+    from torch import nn
+
+    from meshop.models import ONO, Transolver
+
+    s = (QUICK_SIZES if args.quick else SIZES)[model]
+    if model == "transolver":
+        authors = transolver_class(args.transolver_dir)
+
+        def theirs():
+            net = authors(
+                space_dim=2,
+                n_layers=s["layers"],
+                n_hidden=s["width"],
+                n_head=s["heads"],
+                mlp_ratio=s["mlp_ratio"],
+                fun_dim=1,
+                out_dim=1,
+                slice_num=s["slices"],
+            )
+            return DenseModel(net, s)
+
+        return {"meshop": lambda: Transolver(3, 1, 2, **s), "authors": theirs}
+    authors = ono_class(args.ono_dir)
+
+    def theirs():
+        net = authors(
+            space_dim=2,
+            n_layers=s["layers"],
+            n_hidden=s["width"],
+            n_head=s["heads"],
+            mlp_ratio=s["mlp_ratio"],
+            orth=True,
+            psi_dim=s["k"],
+            momentum=0.9,
+        )
+        return DenseModel(net, s)
+
+    def ours(**options):
+        return lambda: ONO(3, 1, 2, feature_attention="linear", **s, **options)
+
+    def ours_lifted_as_theirs():
+        """meshop's ONO as ``ONO2`` with two differences of parameterisation removed: ``ONO2``'s
+        lift is one linear layer (meshop's encoder has two), and ``ONO2`` initialises every
+        linear layer (its linear attention's too) truncated normal with std 0.02, zero bias."""
+        net = ours(**ONO_AUTHORS)()
+        net.encoder = nn.Linear(3, 2 * s["width"])
+        for module in net.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        return net
+
+    out = {"meshop": ours(**ONO_AUTHORS), "authors": theirs, LIFTED: ours_lifted_as_theirs}
+    if args.ono_defaults:
+        out["meshop (defaults)"] = ours()
+    return out
+
+
+def train_one(build, model: str, implementation: str, seed: int, prepared, epochs: int) -> dict:
+    """Train one implementation with one seed; its test error, size and time."""
+    import torch
+
+    from meshop.train import TrainConfig, Trainer, seed_everything
+
+    config = TrainConfig(
+        **TRAINING, epochs=epochs, seed=seed, eval_every=epochs, progress=False, device="cpu"
+    )
+    seed_everything(seed)  # the initial weights
+    net = build()
+    load = os.getloadavg()[0]
+    trainer = Trainer(net, prepared, config=config)
+    last = trainer.fit()
+    record = {
+        "model": model,
+        "implementation": implementation,
+        "seed": seed,
+        "epochs": epochs,
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "test_rel_l2": last["test_rel_l2"],
+        "test_rel_l2_median": last["test_rel_l2_median"],
+        "train_loss": last["train_loss"],
+        "train_seconds": sum(h["epoch_seconds"] for h in trainer.history),
+        "load_average": load,
+        "load_average_end": os.getloadavg()[0],
+        "threads": torch.get_num_threads(),
+    }
+    progress(
+        f"  {TITLES[model]}, {implementation}, seed {seed}: relative L2 {record['test_rel_l2']:.4f}"
+        f" in {record['train_seconds']:.0f} s (load {load:.1f})"
+    )
+    return record
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    import torch
+
+    from meshop.train import TrainConfig
+    from meshop.train.data import prepare_data
+
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    models = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(models) - set(SIZES))
+    if unknown:
+        raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(SIZES)}")
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    info = {**machine(), "threads": args.threads, "quick": args.quick}
+    records, skipped, sizes = [], {}, {}
+    data = None
+    for model in models:
+        try:
+            builds = implementations(model, args)
+        except AuthorsCodeMissing as missing:
+            skipped[model] = str(missing)
+            progress(f"skipping the {TITLES[model]}: {missing}")
+            continue
+        if data is None:
+            progress("generating (or loading) the Darcy data")
+            options, (train, test) = load_splits(args)
+            prepare = TrainConfig(**TRAINING, progress=False, device="cpu")
+            data = options, prepare_data(train, test, prepare)
+        sizes[model] = (QUICK_SIZES if args.quick else SIZES)[model]
+        epochs = args.epochs or (1 if args.quick else EPOCHS[model])
+        progress(f"training the {TITLES[model]} ({', '.join(builds)}), {epochs} epochs")
+        for seed in seeds:  # the implementations one after the other: alike loads
+            for implementation, build in builds.items():
+                record = train_one(build, model, implementation, seed, data[1], epochs)
+                records.append(record)
+                info["wall_seconds"] = time.perf_counter() - start
+                write(args, info, data[0] if data else None, sizes, records, skipped)
+    info["wall_seconds"] = time.perf_counter() - start
+    write(args, info, data[0] if data else None, sizes, records, skipped, final=True)
+
+
+def write(args, info, options, sizes, records, skipped, final: bool = False) -> None:
+    """The result files (``<out>/vs_authors.{md,json}``), rewritten after every run."""
+    result = {
+        "machine": info,
+        "data": {"dataset": "darcy", **(options or {})},
+        "training": TRAINING,
+        "sizes": sizes,
+        "records": records,
+        "skipped": skipped,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
+    text = tables(result)
+    (args.out / f"{NAME}.md").write_text(text)
+    if final:
+        print(text, flush=True)
+
+
+def spread(errors: list[float]) -> float:
+    """The seed spread: the largest error less the smallest."""
+    return max(errors) - min(errors)
+
+
+def summary(records: list[dict]) -> dict:
+    """``{(model, implementation): {"errors": [per seed], "seconds": [per seed], ...}}``."""
+    out: dict = {}
+    for r in records:
+        entry = out.setdefault(
+            (r["model"], r["implementation"]),
+            {"errors": [], "seeds": [], "seconds": [], "loads": [], "parameters": r["parameters"]},
+        )
+        entry["errors"].append(r["test_rel_l2"])
+        entry["seeds"].append(r["seed"])
+        entry["seconds"].append(r["train_seconds"])
+        entry["loads"].append(r["load_average"])
+        entry["epochs"] = r["epochs"]
+    return out
+
+
+def verdict(meshop: dict, authors: dict) -> str:
+    """meshop's mean error against the authors', measured by the larger of the two seed spreads."""
+    ours, theirs = (sum(e["errors"]) / len(e["errors"]) for e in (meshop, authors))
+    width = max(spread(meshop["errors"]), spread(authors["errors"]))
+    difference = ours - theirs
+    if len(meshop["errors"]) < 2 or len(authors["errors"]) < 2:
+        where = "one seed: no spread to judge by"
+    elif abs(difference) <= width:
+        where = "within the seed spread"
+    elif difference < 0:
+        where = "meshop better by more than the seed spread"
+    else:
+        where = "meshop worse by more than the seed spread"
+    return f"{difference:+.4f} ({difference / theirs:+.0%}; seed spread {width:.4f}): {where}"
+
+
+def tables(result: dict) -> str:
+    info, records, options = result["machine"], result["records"], result["data"]
+    header = (
+        f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
+        f"({info['cpu_cores']} cores, {info['threads']} torch thread(s)), torch {info['torch']}"
+        + (
+            f"; the whole command took {info['wall_seconds'] / 60:.1f} min"
+            if "wall_seconds" in info
+            else ""
+        )
+        + ". Load: the machine's one-minute load average when each run started (above the "
+        "core count, other jobs shared the cores: the times are longer than alone, the errors "
+        "are not affected)."
+    )
+    t = result["training"]
+    setting = (
+        f"Darcy flow on a {options.get('resolution')} x {options.get('resolution')} grid "
+        f"({options.get('num_train')} training and {options.get('num_test')} test samples, "
+        f"solved on {options.get('fine_resolution')} x {options.get('fine_resolution')}); every "
+        f"run: {t['optimizer']} (lr {t['lr']:g}, weight decay {t['weight_decay']:g}), one-cycle "
+        f"schedule (div {t['div_factor']:g}, final div {t['final_div_factor']:g}), gradient "
+        f"norm clipped at {t['clip']:g}, batch {t['batch_size']}, per-sample relative L2 loss, "
+        "Gaussian normalisers of the coefficient, the coordinates and the pressure fitted on the "
+        "training split, meshop's trainer for both implementations. Test error: mean per-sample "
+        "relative L2 on the test split; spread: the largest seed's error less the smallest."
+    )
+    parts = ["## Accuracy against the authors' code", "", SECTION_START, header, ""]
+    if records:
+        parts += [setting, ""]
+    entries = summary(records)
+    for model in dict.fromkeys([*(r["model"] for r in records), *result["skipped"]]):
+        title = TITLES[model]
+        if model in result["skipped"]:
+            parts += [f"### {title}", "", f"Skipped: {result['skipped'][model]}.", ""]
+            continue
+        sizes = ", ".join(f"{k} {v}" for k, v in result["sizes"][model].items())
+        seeds = sorted({s for (m, _), e in entries.items() if m == model for s in e["seeds"]})
+        headers = [
+            "implementation",
+            "parameters",
+            "epochs",
+            *(f"seed {s}" for s in seeds),
+            "mean",
+            "spread",
+            "training time per seed",
+            "load",
+        ]
+        rows = []
+        for (m, implementation), e in entries.items():
+            if m != model:
+                continue
+            by_seed = dict(zip(e["seeds"], e["errors"], strict=True))
+            rows.append(
+                [
+                    implementation,
+                    f"{e['parameters']:,}",
+                    e["epochs"],
+                    *(f"{by_seed[s]:.4f}" if s in by_seed else "-" for s in seeds),
+                    f"{sum(e['errors']) / len(e['errors']):.4f}",
+                    f"{spread(e['errors']):.4f}",
+                    " / ".join(f"{s:.0f} s" for s in e["seconds"]),
+                    " / ".join(f"{v:.1f}" for v in e["loads"]),
+                ]
+            )
+        parts += [f"### {title} ({sizes})", "", markdown_table(headers, rows), ""]
+        if model in ROWS:
+            parts += [ROWS[model], ""]
+        if (model, "meshop") in entries and (model, "authors") in entries:
+            difference = verdict(entries[model, "meshop"], entries[model, "authors"])
+            parts += [f"meshop's mean less the authors': {difference}.", ""]
+    parts += [SECTION_END, ""]
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    main()
