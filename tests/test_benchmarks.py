@@ -536,3 +536,62 @@ def test_the_recorded_command_leaves_out_where_files_go(monkeypatch):
     monkeypatch.setattr(sys, "argv", [str(script), "--quick", "--out", "/tmp/q"])
     python = Path(sys.executable).name
     assert common.machine()["command"] == f"{python} -m benchmarks.speed.whole_models --quick"
+
+
+def test_vs_authors_skips_a_model_whose_authors_code_is_not_given(tmp_path, capsys):
+    """Without a clone (or with a folder that is not one) each model's rows are skipped with a
+    message naming what to pass, and the result files say so; nothing is trained."""
+    from benchmarks.accuracy import vs_authors
+
+    out = ["--out", str(tmp_path), "--data-dir", str(tmp_path / "data")]
+    vs_authors.main(["--quick", *out])
+    result = json.loads((tmp_path / "vs_authors.json").read_text())
+    assert result["records"] == [] and set(result["skipped"]) == {"transolver", "ono"}
+    assert "pass --transolver-dir /path/to/clone" in result["skipped"]["transolver"]
+    assert "pass --ono-dir /path/to/clone" in result["skipped"]["ono"]
+    err = capsys.readouterr().err
+    assert "skipping the Transolver: no clone" in err and "skipping the ONO: no clone" in err
+    assert (
+        "Skipped: no clone of the ONO authors' repository"
+        in (tmp_path / "vs_authors.md").read_text()
+    )
+    assert not (tmp_path / "data").exists()
+    vs_authors.main(["--quick", "--models", "transolver", "--transolver-dir", str(tmp_path), *out])
+    skipped = json.loads((tmp_path / "vs_authors.json").read_text())["skipped"]
+    assert "Transolver_Irregular_Mesh.py there" in skipped["transolver"]
+
+
+#: (model, environment variable naming a clone of the authors' repository, option)
+AUTHORS_CLONES = [
+    ("transolver", "MESHOP_TRANSOLVER_CLONE", "--transolver-dir"),
+    ("ono", "MESHOP_ONO_CLONE", "--ono-dir"),
+]
+
+
+@pytest.mark.parametrize(("model", "variable", "option"), AUTHORS_CLONES)
+def test_vs_authors_trains_both_implementations_alike(model, variable, option, tmp_path):
+    """With a clone of the authors' repository (named by the environment variable), meshop's
+    model and the authors' train on the same data for the same epochs with each seed; their
+    parameter counts differ only where the parameterisations do."""
+    import os
+
+    from benchmarks.accuracy import vs_authors
+
+    clone = os.environ.get(variable)
+    if not clone:
+        pytest.skip(f"set {variable} to a clone of the {model} authors' repository")
+    out = ["--out", str(tmp_path), "--data-dir", str(tmp_path / "data")]
+    vs_authors.main(["--quick", "--models", model, option, clone, *out])
+    result = json.loads((tmp_path / "vs_authors.json").read_text())
+    assert result["skipped"] == {}
+    runs = {(r["implementation"], r["seed"]): r for r in result["records"]}
+    assert {seed for _, seed in runs} == {0, 1} and {"meshop", "authors"} <= {i for i, _ in runs}
+    assert all(r["epochs"] == 1 and 0 < r["test_rel_l2"] < 10 for r in runs.values())
+    width, layers = (vs_authors.QUICK_SIZES[model][k] for k in ("width", "layers"))
+    ours, theirs = runs["meshop", 0]["parameters"], runs["authors", 0]["parameters"]
+    if model == "transolver":
+        assert theirs == ours + width  # the placeholder, in meshop's lift's bias
+    else:  # ONO2's lift is one linear layer; meshop's Q, K, V projections have biases
+        assert runs[vs_authors.LIFTED, 0]["parameters"] == theirs + 3 * width * layers
+    text = (tmp_path / "vs_authors.md").read_text()
+    assert "meshop's mean less the authors'" in text and "| authors |" in text
