@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from benchmarks import run_all
-from benchmarks.accuracy import grid_zero_shot, tune
+from benchmarks.accuracy import grid_zero_shot, large_mesh_zero_shot, tune
 from benchmarks.accuracy import model_table as accuracy
 from benchmarks.lib import common
 from benchmarks.report import figures, summary
@@ -277,6 +277,34 @@ def test_super_resolution_grids_sample_the_same_fine_fields():
     assert accuracy.super_resolutions(22, 421) == [43, 85]
     assert accuracy.super_resolutions(6, 41) == [11, 21]
     assert accuracy.super_resolutions(29, 421) == []  # 56 and 112 intervals do not divide 420
+
+
+def test_large_mesh_zero_shot_trains_on_every_node_and_on_a_fraction_and_evaluates_finer(
+    tmp_path,
+):
+    """Both runs train on the same samples and are evaluated on the same test domains at every
+    finer level, in chunks (--quick: chunks of 64 nodes)."""
+    where = ["--data-dir", str(tmp_path / "data"), "--runs", str(tmp_path / "runs")]
+    large_mesh_zero_shot.main(["--quick", *where, "--out", str(tmp_path)])
+    records = json.loads((tmp_path / "large_mesh_zero_shot.json").read_text())["records"]
+    trained = [r for r in records if r["kind"] == "training"]
+    assert [r["node_fraction"] for r in trained] == [1.0, 0.25]
+    assert trained[0]["parameters"] == trained[1]["parameters"]
+    assert all(r["train_seconds"] > 0 and r["epochs"] == 1 for r in trained)
+    evaluated = [r for r in records if r["kind"] == "evaluation"]
+    runs = ("every node", "node fraction")
+    assert [(r["run"], r["refinement"]) for r in evaluated] == [
+        (run, level) for level in (0, 1, 2) for run in runs
+    ]
+    first_mesh = [r["nodes"][0] for r in evaluated[::2]]
+    assert first_mesh[0] < first_mesh[1] < first_mesh[2]  # the same domain, finer
+    assert all(r["chunk_nodes"] == 64 and 0 < r["test_rel_l2"] < 10 for r in evaluated)
+    # in chunks, the training level's error is the one the training run measured whole
+    assert evaluated[0]["test_rel_l2"] == pytest.approx(trained[0]["test_rel_l2"], rel=1e-4)
+    text = (tmp_path / "large_mesh_zero_shot.md").read_text()
+    assert "| 2 (4x finer) |" in text and "### What the tables show" in text
+    with pytest.raises(SystemExit):
+        large_mesh_zero_shot.parse_args(["--quick", "--num-test", "2,2"])  # levels 0, 1, 2
 
 
 def test_plots_draw_every_figure_from_the_results(tmp_path):
