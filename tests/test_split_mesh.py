@@ -247,6 +247,8 @@ def _latent_worker(rank: int, port: int, results):
                 LATENT_MODELS["pit-pointwise"]().double().forward_chunked(queried, 37)
             ),
             "different-latent": lambda: pit.forward_chunked(shifted, 37),
+            "pit-forward": lambda: pit(queried),
+            "galerkin-forward": lambda: LATENT_MODELS["galerkin"]().double()(queried),
         }
         with split_mesh():
             out["refusals"] = {key: _refusal(fn) for key, fn in refusals.items()}
@@ -291,6 +293,8 @@ def test_pit_and_galerkin_split_at_their_latent_mesh_give_one_process_outputs_an
         "decoder-blocks": "PiT with decoder_blocks=1 attends among all the query points",
         "pointwise-queries": "PiT(pointwise=True) reads the input fields of each query point",
         "different-latent": "differ between the processes of split_mesh",
+        "pit-forward": "PiT.forward sees only this process's nodes under split_mesh",
+        "galerkin-forward": "GalerkinTransformer.forward sees only this process's nodes",
     }
     for rank in (0, 1):
         for key, message in expected.items():

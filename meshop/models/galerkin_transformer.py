@@ -22,6 +22,7 @@ from meshop.data.latent import coarse_shape as divided_shape
 from meshop.errors import ConfigError
 from meshop.nn.blocks.galerkin_encoder_layer import NORMS, GalerkinEncoderLayer, check_attention
 from meshop.nn.chunked import (
+    check_not_split,
     check_shared,
     cross_attention,
     map_over_chunks,
@@ -314,6 +315,7 @@ class GalerkinTransformer(nn.Module):
         return self.grid and getattr(data, "grid_shape", None) is not None
 
     def forward(self, data: Data) -> Tensor:
+        check_not_split("GalerkinTransformer")
         x = self._features(data)
         if self.uses_grid_path(data):
             return self._grid_forward(data, x)

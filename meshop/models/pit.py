@@ -20,6 +20,7 @@ from meshop.errors import ConfigError
 from meshop.nn.blocks.pit_block import PiTBlock
 from meshop.nn.chunked import (
     AllReduceSum,
+    check_not_split,
     check_shared,
     cross_attention,
     map_over_chunks,
@@ -185,6 +186,7 @@ class PiT(nn.Module):
             block.reset_parameters()
 
     def forward(self, data: Data) -> Tensor:
+        check_not_split("PiT")
         features = self._features(data)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)

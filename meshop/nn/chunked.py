@@ -214,6 +214,16 @@ def mesh_group():
     return _MESH_GROUP.get()
 
 
+def check_not_split(model: str) -> None:
+    """Raise :class:`ConfigError` inside :func:`split_mesh`: the whole forward pass of a
+    ``model`` that splits only in ``forward_chunked`` would see this process's nodes alone."""
+    if mesh_group() is not None:
+        raise ConfigError(
+            f"{model}.forward sees only this process's nodes under split_mesh; call "
+            f"model.forward_chunked(data, chunk_nodes) there"
+        )
+
+
 @contextmanager
 def replicated():
     """Within :func:`split_mesh`, a block whose layers run on node sets that every process holds
@@ -504,6 +514,7 @@ __all__ = [
     "AllReduceSum",
     "add_integrals",
     "available_memory",
+    "check_not_split",
     "check_shared",
     "cross_attention",
     "default_chunk_nodes",
