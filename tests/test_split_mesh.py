@@ -14,6 +14,7 @@ from meshop.data import from_points, make_loader
 from meshop.errors import ConfigError
 from meshop.models import ONO, GalerkinTransformer, MLPBaseline, PiT, Transolver
 from meshop.nn.chunked import split_latent_mesh, split_mesh
+from meshop.train.data import with_latent_weight
 
 MODELS = {
     "transolver": lambda: Transolver(3, 2, 2, width=16, layers=2, heads=2, slices=8),
@@ -165,13 +166,15 @@ def with_queries(data, seed, count):
 
 
 def latent_samples(weighted, queries, latent):
-    """The two samples with their latent meshes (and query points)."""
+    """The two samples with their latent meshes (and query points), and the latent nodes'
+    weights stored with them as meshop's data preparation does (those of the whole mesh: a
+    split must not sum them over the processes)."""
     out = []
     for seed, data in enumerate(samples(weighted)):
         if queries:
             data = with_queries(data, seed, QUERIES[seed])
         data.latent_pos = latent[seed]
-        out.append(data)
+        out.append(with_latent_weight(data))
     return out
 
 
@@ -228,7 +231,7 @@ def _latent_worker(rank: int, port: int, results):
         ]
         queried = next(iter(make_loader(pieces, batch_size=2)))
         for piece in pieces:
-            del piece.latent_pos
+            del piece.latent_pos, piece.latent_weight
         no_latent = next(iter(make_loader(pieces, batch_size=2)))
         other = [latent_samples(True, False, [lat + 0.01 * rank for lat in latent])[0]]
         shifted = next(iter(make_loader([latent_part(other[0], held[0], False, rank)])))

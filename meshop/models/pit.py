@@ -235,7 +235,10 @@ class PiT(nn.Module):
         weight, latent_weight, query_weight = (
             node_set_weights(data) if self.weighted else (None,) * 3
         )
-        if group is not None and latent_weight is not None:  # each process's nodes' share
+        if group is not None and latent_weight is not None:
+            # each process's nodes' share summed; weights stored with every part (the whole
+            # mesh's, from the data preparation) come out a constant times larger, which no
+            # attention sees (each normalises its weights per target)
             latent_weight = AllReduceSum.apply(latent_weight, group)
 
         def lifted(nodes):
