@@ -1,5 +1,5 @@
 """One mesh split across processes (meshop.nn.chunked.split_mesh): two gloo processes, each with
-half of the nodes of the same samples, give the outputs and the summed gradients of one process
+a part of the nodes of the same samples, give the outputs and the summed gradients of one process
 with the whole mesh."""
 
 import os
@@ -167,8 +167,8 @@ def with_queries(data, seed, count):
 
 def latent_samples(weighted, queries, latent):
     """The two samples with their latent meshes (and query points), and the latent nodes'
-    weights stored with them as meshop's data preparation does (those of the whole mesh: a
-    split must not sum them over the processes)."""
+    weights stored with them as meshop's data preparation does (the whole mesh's, on every
+    process's part)."""
     out = []
     for seed, data in enumerate(samples(weighted)):
         if queries:
@@ -233,8 +233,8 @@ def _latent_worker(rank: int, port: int, results):
         for piece in pieces:
             del piece.latent_pos, piece.latent_weight
         no_latent = next(iter(make_loader(pieces, batch_size=2)))
-        other = [latent_samples(True, False, [lat + 0.01 * rank for lat in latent])[0]]
-        shifted = next(iter(make_loader([latent_part(other[0], held[0], False, rank)])))
+        other = latent_samples(True, False, [lat + 0.01 * rank for lat in latent])[0]
+        shifted = next(iter(make_loader([latent_part(other, held[0], False, rank)])))
         pit = PiT(3, 2, 2, width=8, blocks=1).double()
         refusals = {
             "pit-no-latent": lambda: pit.forward_chunked(no_latent, 37),
