@@ -2,6 +2,7 @@
 run of meshop/data/mesh_io.py): cell fields of every kind averaged to nodes, point sets as masks,
 ``field_layout`` and ``read_mesh`` with their keyword arguments, and what ``write_mesh`` writes."""
 
+import sys
 from pathlib import Path
 
 import meshio
@@ -16,6 +17,7 @@ from meshop.data import (
     group_cells,
     group_masks,
     read_mesh,
+    read_meshio,
     to_meshio,
     write_mesh,
 )
@@ -281,3 +283,112 @@ def test_a_mesh_is_written_to_a_hidden_temporary_file_beside_the_target(tmp_path
     (tmp,) = map(Path, written)
     assert tmp.parent == tmp_path and tmp.name.startswith(".plate.") and tmp.suffix == ".vtu"
     assert not tmp.exists() and path.exists()
+
+
+def test_a_missing_field_or_group_is_named_in_a_whole_sentence_with_what_the_mesh_has():
+    """Only a name that is cell data gets the hint of ``cell_data_to_nodes``."""
+    mesh = meshio.Mesh(
+        POINTS,
+        CELLS,
+        point_data={"u": POINTS[:, :2] * 1.0},
+        cell_data={"s": [np.ones(2), np.ones(1)]},
+        point_sets={"probe": [4, 5]},
+    )
+    has = "it has point fields ['u'] and cell fields ['s']"
+    for to_nodes in (False, True):
+        with pytest.raises(FieldError) as info:
+            from_meshio(mesh, inputs=["t"], cell_data_to_nodes=to_nodes, source="plate.vtu")
+        assert str(info.value) == f"plate.vtu: mesh has no point field 't'; {has}"
+    with pytest.raises(FieldError) as info:
+        from_meshio(mesh, inputs=["s"], source="plate.vtu")
+    assert str(info.value) == (
+        "plate.vtu: mesh has no point field 's' ('s' is cell data: pass cell_data_to_nodes=True "
+        f"to average it to nodes); {has}"
+    )
+    with pytest.raises(FieldError) as info:
+        from_meshio(mesh, inputs=["group:wall"], source="plate.vtu")
+    assert str(info.value) == (
+        "plate.vtu: mesh has no group 'wall'; its groups are ['probe'] "
+        "(gmsh physical groups, cell sets and point sets)"
+    )
+
+
+def test_blocks_of_one_cell_type_are_all_kept_and_fields_and_params_are_float32():
+    """gmsh writes one block per entity, so a file often has several triangle blocks: the domain
+    keeps every cell, in the file's order; ``x``, ``y`` and ``params`` are float32 whatever they
+    are given in (an integer field, float64 parameters here)."""
+    cells = [
+        ("triangle", np.array([[0, 1, 2]])),
+        ("quad", np.array([[1, 4, 5, 2]])),
+        ("triangle", np.array([[0, 2, 3]])),
+    ]
+    point_data = {"u": POINTS[:, :2] * 1.0, "p": np.arange(6)}
+    mesh = meshio.Mesh(POINTS, cells, point_data=point_data)
+    data = from_meshio(mesh, "u", "p", params=np.array([1.5, 2.0]))
+    assert data.face.tolist() == [[0, 0], [1, 2], [2, 3]]
+    assert data.cell_index_quad.tolist() == [[1], [4], [5], [2]]
+    assert data.x.dtype == data.y.dtype == data.params.dtype == torch.float32
+    assert data.params.tolist() == [[1.5, 2.0]]
+    assert data.y[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_nan_or_inf_is_reported_at_its_first_index_in_a_whole_sentence():
+    points = POINTS.copy()
+    points[4, 1] = np.inf
+    with pytest.raises(MeshError) as info:
+        from_meshio(meshio.Mesh(points, CELLS), source="plate.vtu")
+    assert str(info.value) == (
+        "plate.vtu: point coordinates contains NaN or Inf (first at index [4, 1]); "
+        "clean the simulation output before loading it"
+    )
+    u = POINTS[:, :2] * 1.0
+    u[2, 1], u[5, 0] = np.nan, -np.inf
+    with pytest.raises(MeshError) as info:
+        from_meshio(meshio.Mesh(POINTS, CELLS, point_data={"u": u}), "u", source="plate.vtu")
+    assert str(info.value) == (
+        "plate.vtu: field 'u' contains NaN or Inf (first at index [2, 1]); "
+        "clean the simulation output before loading it"
+    )
+
+
+def fake_meshio_read(stdout="", stderr="", error=None, exit=False):
+    """A ``meshio.read`` that prints on both streams, then raises ``error``, exits as meshio does
+    for some files, or returns the plate."""
+
+    def read(path, file_format=None):
+        print(stdout, end="")
+        print(stderr, end="", file=sys.stderr)
+        if exit:
+            raise SystemExit(1)
+        if error is not None:
+            raise error
+        return meshio.Mesh(POINTS, CELLS)
+
+    return read
+
+
+def test_what_meshio_says_on_either_stream_is_in_the_error_and_its_warnings_go_to_stderr(
+    tmp_path, monkeypatch, capsys
+):
+    path = tmp_path / "part.vtu"
+    path.write_text("anything")
+    head = f"cannot read mesh file '{path}': meshio said: "
+    tail = (
+        ". meshio reads e.g. .msh, .vtu, .vtk, .xdmf, .inp, .med, .obj, .ply, .stl; "
+        "pass file_format=... if the extension does not tell the format"
+    )
+    monkeypatch.setattr(meshio, "read", fake_meshio_read("no header\n", "  giving up\n", exit=True))
+    with pytest.raises(MeshReadError) as info:
+        read_meshio(path)
+    assert str(info.value) == f"{head}no header giving up{tail}"
+    assert info.value.__cause__ is None  # the exit says nothing more
+    error = ValueError("bad cell type")
+    monkeypatch.setattr(meshio, "read", fake_meshio_read("reading\n", error=error))
+    with pytest.raises(MeshReadError) as info:
+        read_meshio(path)
+    assert str(info.value) == f"{head}reading ValueError: bad cell type{tail}"
+    assert info.value.__cause__ is error
+    capsys.readouterr()
+    monkeypatch.setattr(meshio, "read", fake_meshio_read("warning 1\n", "warning 2\n"))
+    assert len(read_meshio(path).points) == 6
+    assert capsys.readouterr() == ("", "warning 1\nwarning 2\n")

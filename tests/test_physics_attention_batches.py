@@ -1,7 +1,7 @@
 """Physics-attention's public entry points on batches of samples: ``slice_tokens`` integrates every
 sample apart and returns the slice weights node-major, ``forward`` on samples of equal sizes gives
-every sample its own weights (also when there are as many samples as heads), and its argument
-errors name the layer."""
+every sample its own weights (also when there are as many samples as heads), its argument
+errors name the layer, and the defaults, bad sizes and an unsorted batch are whole sentences."""
 
 import pytest
 import torch
@@ -88,3 +88,33 @@ def test_a_sample_whose_weights_are_all_zero_has_zero_tokens(sizes):
         torch.testing.assert_close(first, layer.lin_out.bias.expand(sizes[0], 8))
         rest = slice(sizes[0], None)
         torch.testing.assert_close(second, layer(x[rest], None, None, weight[rest]))
+
+
+def test_the_defaults_and_every_size_error_in_whole_sentences():
+    """The paper's defaults (8 heads of width channels / 8, 64 slices, temperature 0.5); every
+    size is checked, also when the head width is given."""
+    layer = PhysicsAttention(64)
+    assert (layer.heads, layer.head_channels, layer.slices, layer.dropout) == (8, 8, 64, 0.0)
+    assert layer.temperature.tolist() == [0.5] * 8
+    sizes = {"channels": 8, "heads": 2, "slices": 4, "head_channels": 4}
+    for name in sizes:
+        bad = {**sizes, name: 0}
+        with pytest.raises(ConfigError) as info:
+            PhysicsAttention(**bad)
+        assert str(info.value) == (
+            "channels, heads, slices and head_channels must be positive and temperature > 0; "
+            f"got {bad['channels']}, {bad['heads']}, {bad['slices']}, {bad['head_channels']}, 0.5"
+        )
+
+
+@pytest.mark.parametrize("batch", [[1, 0], [0, 1, 0]])
+def test_an_unsorted_batch_is_refused_in_a_whole_sentence(batch):
+    """Also a batch of two nodes."""
+    layer = make_layer()
+    x = torch.randn(len(batch), 8, dtype=torch.float64)
+    with pytest.raises(ConfigError) as info:
+        layer(x, None, torch.tensor(batch))
+    assert str(info.value) == (
+        "batch is not sorted; physics-attention expects the nodes of each sample to be "
+        "contiguous, as in a PyG DataLoader batch (sort the nodes by sample first)"
+    )
