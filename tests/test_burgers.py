@@ -8,7 +8,7 @@ import torch
 
 from meshop.data import grid_shape_of
 from meshop.datasets import Burgers
-from meshop.datasets.burgers import solve_burgers
+from meshop.datasets.burgers import periodic_derivative, periodic_modes, solve_burgers
 from meshop.datasets.grf import gaussian_random_field
 from meshop.errors import ConfigError, MeshopError
 
@@ -84,3 +84,72 @@ def test_samples_and_resolutions(tmp_path):
 def test_resolution_must_divide_the_fine_grid(tmp_path):
     with pytest.raises(ConfigError, match="must divide"):
         Burgers(root=tmp_path, resolution=100, **SMALL)
+
+
+def mirror(values: torch.Tensor) -> torch.Tensor:
+    """Node values of a periodic grid mirrored about x = 0: node j takes the value of node -j."""
+    return torch.roll(values.flip(0), 1, 0)
+
+
+def test_periodic_derivative_is_second_order_and_wraps():
+    x = torch.arange(256, dtype=torch.float64) / 256
+    du = periodic_derivative(torch.sin(2 * math.pi * x)[:, None])[:, 0]
+    exact = 2 * math.pi * torch.cos(2 * math.pi * x)
+    # central difference of sin(kx): sin(kh) / h instead of k, relative error (kh)^2 / 6
+    assert (du - exact).abs().max() < 2 * math.pi * (2 * math.pi / 256) ** 2 / 5
+
+
+def test_derivative_changes_sign_under_mirroring():
+    """The derivative channel is odd: a mirrored field does not get the mirrored input, so a model
+    whose kernels depend on distances only (PiT) can tell left from right."""
+    u = torch.randn(64, 1, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(periodic_derivative(mirror(u)), -mirror(periodic_derivative(u)))
+
+
+def test_pit_on_a_periodic_grid_without_a_directional_input_is_mirror_symmetric():
+    """The cause of PiT's Burgers plateau: with distance kernels and no input that tells left from
+    right, PiT maps a mirrored field to the mirrored output, but the Burgers map does not (a
+    positive u0 moves right), so the part of the target that is even in u0 cannot be learned."""
+    from meshop.data import uniform_grid
+    from meshop.models import PiT
+
+    torch.manual_seed(0)
+    n = 64
+    model = PiT(2, 1, 1, width=16, encoder_radius=2.5 / n, decoder_radius=4.5 / n, periodic=1.0)
+    with torch.no_grad():
+        model.lift.weight[:, 1] = 0  # no absolute coordinate: only the field enters
+    u0 = torch.randn(n, 1, generator=torch.Generator().manual_seed(1))
+
+    def predict(values):
+        return model(uniform_grid((n,), x=values, bounds=[(0.0, 1 - 1 / n)]))
+
+    with torch.no_grad():
+        assert torch.allclose(predict(mirror(u0)), mirror(predict(u0)), atol=1e-5)
+        u = solve_burgers(u0[:, 0].double().numpy(), 0.02)
+        mirrored = solve_burgers(mirror(u0)[:, 0].double().numpy(), 0.02)
+        assert np.abs(mirrored - mirror(torch.from_numpy(u)[:, None])[:, 0].numpy()).max() > 0.1
+
+
+def test_gradient_appends_the_derivative_of_u0_on_the_same_cache(tmp_path):
+    plain = Burgers(root=tmp_path, resolution=64, **SMALL)
+    with_gradient = Burgers(root=tmp_path, resolution=64, gradient=True, **SMALL)
+    assert with_gradient.config_hash == plain.config_hash  # computed on access, one cache
+    sample, base = with_gradient[0], plain[0]
+    assert sample.x.shape == (64, 2) and torch.equal(sample.x[:, :1], base.x)
+    assert torch.equal(sample.x[:, 1:], periodic_derivative(base.x))
+    assert torch.equal(sample.y, base.y) and plain[0].x.shape == (64, 1)
+    assert with_gradient.input_names == ("u0", "u0_x") and Burgers.input_names == ("u0",)
+
+
+def test_coordinate_modes_follow_the_derivative_and_are_periodic(tmp_path):
+    data = Burgers(root=tmp_path, resolution=64, gradient=True, coordinate_modes=2, **SMALL)
+    sample, pos = data[0], data[0].pos
+    assert data.input_names == ("u0", "u0_x", "cos1", "sin1", "cos2", "sin2")
+    assert sample.x.shape == (64, 6) and torch.equal(sample.x[:, 2:], periodic_modes(pos, 2))
+    angle = 2 * math.pi * pos[:, 0]
+    assert torch.allclose(sample.x[:, 4], torch.cos(2 * angle), atol=1e-6)
+    # periodic: the last node is as close to the first as to its other neighbour
+    step = periodic_modes(pos, 2).diff(dim=0, append=periodic_modes(pos[:1], 2))
+    assert step.norm(dim=1).max() / step.norm(dim=1).min() < 1 + 1e-4
+    with pytest.raises(ConfigError, match="coordinate_modes"):
+        Burgers(root=tmp_path, resolution=64, coordinate_modes=-1, **SMALL)

@@ -147,3 +147,23 @@ def test_folder_defaults_sit_under_the_explicit_settings_and_only_for_folders():
     summary = summarize_data(samples)  # the median of the first five, all of them counted
     assert summary == DataSummary(nodes=30, dim=3, samples=6)
     assert str(summary) == "6 training samples of about 30 nodes in 3D"
+
+
+@pytest.mark.parametrize("model", ["pit", "ono"])
+def test_burgers_presets_give_an_input_that_tells_left_from_right(model, tmp_path):
+    """PiT's distance kernels are mirror-symmetric and ONO's kernels come from the node features:
+    on Burgers both read u0's derivative, which changes sign under mirroring (ONO also the
+    coordinate's Fourier modes); benchmarks/results/burgers_inputs.md has the measurements."""
+    options = preset("burgers", model)["dataset"]
+    small = dict(resolution=64, fine_resolution=256, num_train=1, num_test=1, progress=False)
+    sample = Burgers(root=tmp_path, **{**options, **small})[0]
+    assert sample.x.shape[1] == 2 + 2 * options.get("coordinate_modes", 0)
+    u0, u0_x = sample.x[:, :1], sample.x[:, 1:2]
+
+    def mirror(values):
+        return torch.roll(values.flip(0), 1, 0)
+
+    from meshop.datasets.burgers import periodic_derivative
+
+    assert torch.allclose(periodic_derivative(mirror(u0)), -mirror(u0_x), atol=1e-4)
+    assert u0_x.abs().max() > 1

@@ -100,10 +100,15 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
             "weighted": False,
         },
     },
-    # periodic distances in data units: the coordinates must not be rescaled
+    # periodic distances in data units: the coordinates must not be rescaled. u0's derivative as a
+    # second input: position-attention's kernels depend on distances only, so with u0 alone PiT
+    # maps a mirrored u0 to the mirrored output and cannot learn which way u0 moves its mass
+    # (10 epochs: 0.414 with u0, 0.414 with |u0_x|, 0.372 with u0_x; 30 epochs with u0_x:
+    # 0.095; benchmarks/results/burgers_inputs.md)
     ("burgers", "pit"): {
         "train": {"loss": "rel_l1", "normalize_pos": False},
         "model": {"width": 64, "encoder_quantile": 0.01, "decoder_quantile": 0.08, "periodic": 1.0},
+        "dataset": {"gradient": True},
     },
     # quantile receptive fields cover the same area on the finer meshes (k nearest would shrink);
     # 25 epochs: 0.096 with lr 5e-3 and clip 1, 0.107 with lr 3e-3 (benchmarks/results/tuning.md)
@@ -129,6 +134,14 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     **{
         (dataset, "ono"): {"model": {"width": 64, "layers": 4, "heads": 4, "k": 16}}
         for dataset in MESH_DATASETS
+    },
+    # ONO on Burgers: the mesh datasets' size, u0's derivative and the coordinate's Fourier modes
+    # (10 epochs: 0.638 with u0 and x, 0.468 with u0_x, 0.414 with 8 modes, 0.359 with both;
+    # benchmarks/results/burgers_inputs.md): its kernels come from the node features, and raw x
+    # gives them no periodic basis in which to be convolutions
+    ("burgers", "ono"): {
+        "model": {"width": 64, "layers": 4, "heads": 4, "k": 16},
+        "dataset": {"gradient": True, "coordinate_modes": 8},
     },
 }
 

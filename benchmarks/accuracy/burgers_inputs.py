@@ -1,0 +1,301 @@
+"""Why PiT, ONO and the Transolver did not learn the generated Burgers set: short trainings on the
+accuracy table's split (200 train / 50 test samples at resolution 256, seed 0, one thread) with
+other inputs, or one change inside a model, each appended to
+``benchmarks/results/burgers_inputs.jsonl``; ``--table`` prints them as Markdown, ``--floor`` the
+error floor of a mirror-symmetric model.
+
+    python -m benchmarks.accuracy.burgers_inputs pit --epochs 10 --inputs grad
+    python -m benchmarks.accuracy.burgers_inputs ono --epochs 10 --inputs grad+modes8 \\
+        --set model.width=64 --set model.layers=4 --set model.heads=4 --set model.k=16
+    python -m benchmarks.accuracy.burgers_inputs transolver --epochs 20 --slices-report
+    python -m benchmarks.accuracy.burgers_inputs --floor
+    python -m benchmarks.accuracy.burgers_inputs --table
+
+``--inputs`` appends to ``u0`` (joined by ``+``): ``grad`` (its periodic central difference,
+:func:`meshop.datasets.burgers.periodic_derivative`), ``absgrad`` (the absolute value of that,
+even under mirroring), ``shift`` (u0 at the next node), ``modesK`` (cos and sin of
+:math:`2\\pi k x`, k <= K); ``raw`` is u0 alone. The model and training settings are the pair's
+preset (``meshop/train/presets.py``) with ``--set PART.KEY=VALUE`` over them; the preset's
+dataset part is not used (the inputs are those given). ``--target smooth`` replaces the target by
+u0's Fourier modes 0-4 (a linear map), ``--target mean`` by a global mean plus 0.1 u0.
+Model changes measured without editing the models: ``--drift`` (PiT: every processor block
+attends from its nodes shifted by a learned length, a kernel that tells left from right),
+``--slice-init ortho`` and ``--temperature T`` (Transolver's slice projection and temperature at
+initialisation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+import types
+from pathlib import Path
+
+from benchmarks.lib.common import RESULTS, markdown_table
+
+LOG = RESULTS / "burgers_inputs.jsonl"
+SPLIT = dict(num_train=200, num_test=50, resolution=256, seed=0, progress=False)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--inputs", default="raw")
+    parser.add_argument("--set", action="append", default=[], metavar="PART.KEY=VALUE")
+    parser.add_argument("--target", default="burgers", choices=("burgers", "smooth", "mean"))
+    parser.add_argument("--drift", action="store_true")
+    parser.add_argument("--slice-init", default=None, choices=("ortho",))
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--slices-report", action="store_true")
+    parser.add_argument("--floor", action="store_true")
+    parser.add_argument("--table", action="store_true")
+    parser.add_argument("--log", type=Path, default=LOG)
+    return parser.parse_args(argv)
+
+
+def with_inputs(data, inputs: str, target: str):
+    """A copy of a Burgers sample with the inputs ``inputs`` and the target ``target``."""
+    import torch
+
+    from meshop.datasets.burgers import periodic_derivative, periodic_modes
+
+    data = data.clone()
+    parts = [data.x]
+    for item in inputs.split("+"):
+        if item == "grad":
+            parts.append(periodic_derivative(data.x))
+        elif item == "absgrad":
+            parts.append(periodic_derivative(data.x).abs())
+        elif item == "shift":
+            parts.append(torch.roll(data.x, -1, 0))
+        elif item.startswith("modes"):
+            parts.append(periodic_modes(data.pos, int(item[5:])))
+        elif item != "raw":
+            raise SystemExit(f"unknown input {item!r}: raw, grad, absgrad, shift or modesK")
+    if target == "smooth":
+        data.y = torch.fft.irfft(torch.fft.rfft(data.x[:, 0])[:5], len(data.x))[:, None]
+    elif target == "mean":
+        data.y = data.x.mean() + 0.1 * data.x
+    data.x = torch.cat(parts, dim=-1)
+    return data
+
+
+def settings(args) -> tuple[dict, dict]:
+    from meshop.train.presets import preset
+
+    defaults = preset("burgers", args.model)
+    train, model = dict(defaults["train"]), dict(defaults["model"])
+    for pair in args.set:
+        key, _, value = pair.partition("=")
+        part, _, name = key.partition(".")
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            pass
+        (train if part == "train" else model)[name] = value
+    train.update(epochs=args.epochs, progress=False, device="cpu", seed=0)
+    return train, model
+
+
+def add_drift(net) -> None:
+    """PiT's processor blocks attend from their nodes shifted by a learned length (zero at first):
+    the kernel exp(-lambda |x + b - y|^2) is no longer even."""
+    import torch
+    import torch.nn.functional as F
+
+    def forward(self, u, pos, batch=None, weight=None):
+        h = F.gelu(self.attn(u, pos, batch, weight, pos_dst=pos + self.drift, batch_dst=batch))
+        return F.gelu(self.mlp(h) + self.skip(u))
+
+    for block in net.processor:
+        block.drift = torch.nn.Parameter(torch.zeros(1))
+        block.forward = types.MethodType(forward, block)
+
+
+def slices_report(net, trainer) -> list[dict]:
+    """Per Transolver block on 8 test samples: the mean largest slice weight (1/M: uniform) and
+    the spread of the slice weights over the nodes."""
+    import torch
+
+    from meshop.data import make_loader
+
+    batch = next(iter(make_loader(list(trainer.test_set)[:8], 8)))
+    inputs = []
+    hooks = [
+        b.attn.register_forward_hook(lambda mod, inp, out: inputs.append((mod, inp[0])))
+        for b in net.blocks
+    ]
+    with torch.no_grad():
+        trainer.model.eval()
+        trainer.model(batch)
+        report = []
+        for mod, x in inputs:
+            s = mod.slice_weights(x)
+            report.append(
+                {
+                    "max_slice_weight": round(float(s.max(-1).values.mean()), 4),
+                    "node_std": round(float(s.std(0).mean()), 5),
+                    "temperature": [round(t, 3) for t in mod.temperature.tolist()],
+                }
+            )
+    for hook in hooks:
+        hook.remove()
+    return report
+
+
+def trial(args) -> dict:
+    import torch
+
+    from meshop.datasets.registry import build_dataset
+    from meshop.models.registry import build_model
+    from meshop.train.config import TrainConfig
+    from meshop.train.data import prepare_data
+    from meshop.train.trainer import Trainer, seed_everything
+
+    torch.set_num_threads(1)
+    train_args, model_args = settings(args)
+    splits = {
+        s: [
+            with_inputs(d, args.inputs, args.target)
+            for d in build_dataset("burgers", s, None, **SPLIT)
+        ]
+        for s in ("train", "test")
+    }
+    config = TrainConfig(**train_args)
+    data = prepare_data(splits["train"], splits["test"], config)
+    seed_everything(0)
+    net = build_model(
+        args.model, in_channels=data.info["in_channels"], out_channels=1, pos_dim=1, **model_args
+    )
+    if args.temperature is not None or args.slice_init:
+        for block in net.blocks:
+            if args.temperature is not None:
+                torch.nn.init.constant_(block.attn.temperature, args.temperature)
+            if args.slice_init == "ortho":
+                torch.nn.init.orthogonal_(block.attn.lin_slice.weight)
+    if args.drift:
+        add_drift(net)
+    start = time.perf_counter()
+    trainer = Trainer(net, data, config=config)
+    metrics = trainer.fit()
+    record = {
+        "model": args.model,
+        "inputs": args.inputs,
+        "target": args.target,
+        "change": " ".join(
+            c
+            for c in (
+                "drift" if args.drift else "",
+                f"slice-init {args.slice_init}" if args.slice_init else "",
+                f"temperature {args.temperature}" if args.temperature is not None else "",
+            )
+            if c
+        ),
+        "settings": args.set,
+        "epochs": args.epochs,
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "test_rel_l2": metrics["test_rel_l2"],
+        "train_loss": metrics["train_loss"],
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    if args.drift:
+        record["drifts"] = [round(float(b.drift), 5) for b in net.processor]
+    if args.slices_report:
+        record["slices"] = slices_report(net, trainer)
+    return record
+
+
+def floor() -> dict:
+    """The error floor of a model that maps a mirrored u0 to the mirrored output, on the table's
+    test split: the part of the Burgers map S that is even in u0, |S(u0) + S(-u0)| / 2 / |S(u0)|
+    (S(-R u0) = -R S(u0), so such a model's best answer is the odd part of S)."""
+    import numpy as np
+
+    from meshop.datasets.burgers import solve_burgers
+    from meshop.datasets.grf import gaussian_random_field
+
+    errors = []
+    n, keep = 8192, 8192 // SPLIT["resolution"]
+    for i in range(SPLIT["num_train"], SPLIT["num_train"] + SPLIT["num_test"]):
+        rng = np.random.default_rng([SPLIT["seed"], i])
+        u0 = gaussian_random_field(rng, n, alpha=2.0, tau=5.0, sigma=25.0, boundary="periodic")
+        nu = 0.1 / (2 * math.pi)
+        plus, minus = solve_burgers(u0, nu)[::keep], solve_burgers(-u0, nu)[::keep]
+        errors.append(np.linalg.norm(plus + minus) / 2 / np.linalg.norm(plus))
+    return {
+        "floor_mean": float(np.mean(errors)),
+        "floor_median": float(np.median(errors)),
+        **best_linear(),
+    }
+
+
+def best_linear() -> dict:
+    """The test error of the best translation-invariant linear map u0 -> u (a Fourier multiplier
+    fitted by least squares on the training split), and the share of the target's energy in its
+    lowest modes."""
+    import torch
+
+    from meshop.datasets.registry import build_dataset
+
+    def fields(split):
+        data = build_dataset("burgers", split, None, **SPLIT)
+        return [torch.stack([d[key][:, 0] for d in data]).double() for key in ("x", "y")]
+
+    (x, y), (x_test, y_test) = fields("train"), fields("test")
+    fx, fy = torch.fft.rfft(x), torch.fft.rfft(y)
+    multiplier = (fy * fx.conj()).sum(0) / (fx.abs() ** 2).sum(0).clamp_min(1e-30)
+    pred = torch.fft.irfft(multiplier * torch.fft.rfft(x_test), x.shape[1])
+    energy = (fy.abs() ** 2).mean(0).cumsum(0)
+    return {
+        "best_linear_rel_l2": float(((pred - y_test).norm(dim=1) / y_test.norm(dim=1)).mean()),
+        "target_energy_modes_le_2": float(energy[2] / energy[-1]),
+        "target_energy_modes_le_4": float(energy[4] / energy[-1]),
+    }
+
+
+def table(path: Path) -> str:
+    rows = []
+    for line in path.read_text().splitlines():
+        t = json.loads(line)
+        if "floor_mean" in t:
+            continue
+        rows.append(
+            [
+                t["model"],
+                t["inputs"],
+                t["target"],
+                t["change"] or "-",
+                ", ".join(t["settings"]) or "preset",
+                t["epochs"],
+                f"{t['test_rel_l2']:.4f}",
+                f"{t['train_loss']:.4f}",
+                f"{t['seconds']:.0f} s",
+            ]
+        )
+    headers = ["model", "inputs", "target", "model change", "settings over the preset"]
+    headers += ["epochs", "test rel. L2", "train loss", "wall"]
+    return markdown_table(headers, rows)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.table:
+        print(table(args.log))
+        return
+    if args.floor:
+        record = floor()
+    elif args.model:
+        record = trial(args)
+    else:
+        raise SystemExit("give a model, --floor or --table")
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    with args.log.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()
