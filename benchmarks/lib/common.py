@@ -446,10 +446,16 @@ def comparison_table(
 
 
 def write_results(
-    name: str, title: str, args: argparse.Namespace, tables: dict[str, str], records: list[dict]
+    name: str,
+    title: str,
+    args: argparse.Namespace,
+    tables: dict[str, str],
+    records: list[dict],
+    info: dict | None = None,
 ) -> Path:
-    """Print the tables and write ``<out>/<name>.md`` and ``<out>/<name>.json``."""
-    info = {**machine(), "threads": args.threads, "quick": args.quick}
+    """Print the tables and write ``<out>/<name>.md`` and ``<out>/<name>.json``; ``info``: the
+    machine and command of an earlier measurement whose tables are redrawn (default: this one)."""
+    info = info or {**machine(), "threads": args.threads, "quick": args.quick}
     header = (
         f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
         f"({info['cpu_cores']} cores, {args.threads} torch thread(s)), torch {info['torch']}"
