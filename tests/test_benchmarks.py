@@ -616,7 +616,9 @@ def test_vs_authors_trains_both_implementations_alike(model, variable, option, t
 
     clone = os.environ.get(variable)
     if not clone:
-        pytest.skip(f"set {variable} to a clone of the {model} authors' repository")
+        pytest.skip(
+            f"set {variable} to a clone of the {vs_authors.TITLES[model]} authors' repository"
+        )
     out = ["--out", str(tmp_path), "--data-dir", str(tmp_path / "data")]
     vs_authors.main(["--quick", "--models", model, option, clone, *out])
     result = json.loads((tmp_path / "vs_authors.json").read_text())
