@@ -74,3 +74,26 @@ def test_a_run_with_node_fraction_trains_on_subsets_and_evaluates_whole_meshes()
         TrainConfig(node_fraction=1.5)
     with pytest.raises(ConfigError, match="no cells for the H1"):
         TrainConfig(node_fraction=0.5, h1_weight=0.1)
+
+
+def test_training_on_node_subsets_keeps_no_neighbour_lists_and_evaluation_does():
+    """Every step's subset is new: PiT's local layers keep no edges for them (a cache of
+    entries that never come back), while whole meshes (the test error) are cached as always."""
+    from meshop.models import PiT
+    from meshop.nn.local_position_attention import LocalPositionAttention
+
+    train = [sample(60 + 10 * i, i) for i in range(4)]
+
+    def cached(fraction, test):
+        torch.manual_seed(0)
+        model = PiT(3, 2, 2, width=8, heads=1, blocks=1, encoder_k=4, decoder_k=4)
+        config = TrainConfig(
+            epochs=1, batch_size=2, progress=False, node_fraction=fraction, latent_points=8
+        )
+        Trainer(model, train, test, config).fit()
+        layers = [m for m in model.modules() if isinstance(m, LocalPositionAttention)]
+        return sum(len(layer.edge_cache) for layer in layers)
+
+    assert cached(None, None) > 0  # whole meshes: every sample's edges kept
+    assert cached(0.5, None) == 0  # subsets: none
+    assert cached(0.5, train[:1]) > 0  # the test error on the whole mesh is cached as always

@@ -9,6 +9,8 @@ in CSR order that the backward of :class:`~meshop.nn.sparse.SparseAggregate` nee
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor
@@ -115,4 +117,24 @@ def _entry_bytes(key: bytes, local: Tensor, dist: Tensor) -> int:
     return local.shape[1] * (3 * local.element_size() + dist.element_size()) + len(key)
 
 
-__all__ = ["EdgeCache"]
+_CACHING: ContextVar[bool] = ContextVar("meshop_edge_caching", default=True)
+
+
+@contextmanager
+def no_edge_cache():
+    """Within this context no local layer reads or fills its neighbour cache: for steps whose
+    meshes never come back (training on random subsets of the nodes, where every step's subset
+    would be a new entry that no later step reuses)."""
+    token = _CACHING.set(False)
+    try:
+        yield
+    finally:
+        _CACHING.reset(token)
+
+
+def caching() -> bool:
+    """Whether the neighbour caches are in use here (see :func:`no_edge_cache`)."""
+    return _CACHING.get()
+
+
+__all__ = ["EdgeCache", "caching", "no_edge_cache"]

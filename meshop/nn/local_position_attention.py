@@ -14,7 +14,7 @@ from meshop.data.neighbors import (
     squared_distance,
 )
 from meshop.errors import ConfigError
-from meshop.nn.edge_cache import EdgeCache
+from meshop.nn.edge_cache import EdgeCache, caching
 from meshop.nn.interface import check_inputs
 from meshop.nn.position_attention import softmax_quotient
 from meshop.nn.position_kernel import PositionKernel
@@ -158,6 +158,7 @@ class LocalPositionAttention(PositionKernel):
             )
             return index, dist, None
         cache = use_cache and self.edge_cache.max_bytes > 0 and pos_src.device.type == "cpu"
+        cache = cache and caching()
         if cache:
             slices, keys = EdgeCache.samples(pos_src, pos_dst, batch_src, batch_dst)
             hit = self.edge_cache.lookup(slices, keys, pos_src)

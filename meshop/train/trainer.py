@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import os
@@ -22,6 +23,7 @@ import meshop
 from meshop.data import make_loader, num_samples, query_nodes
 from meshop.data.subsample import NodeSubsets
 from meshop.errors import ConfigError
+from meshop.nn.edge_cache import no_edge_cache
 from meshop.train import checkpoint as ckpt_io
 from meshop.train.config import TrainConfig
 from meshop.train.data import PreparedData, prepare_data
@@ -250,10 +252,14 @@ class Trainer:
             # a bar only on a terminal: logs of batch jobs get the one line per epoch of fit()
             disable=not (c.progress and self.ctx.is_main and sys.stdout.isatty()) or None,
         )
+        # random node subsets (node_fraction) never come back: no neighbour lists kept for them
+        subsets = c.node_fraction is not None and c.node_fraction < 1
         for batch in bar:
             batch = batch.to(self.ctx.device)
             n = num_samples(batch)
-            total += self.step(batch) * n
+            with no_edge_cache() if subsets else contextlib.nullcontext():
+                loss = self.step(batch)
+            total += loss * n
             count += n
             if not bar.disable:  # a bar on a terminal: its figures
                 elapsed = time.perf_counter() - start
