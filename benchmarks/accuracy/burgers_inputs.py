@@ -21,7 +21,9 @@ u0's Fourier modes 0-4 (a linear map), ``--target mean`` by a global mean plus 0
 Model changes measured without editing the models: ``--drift`` (PiT: every processor block
 attends from its nodes shifted by a learned length, a kernel that tells left from right),
 ``--slice-init ortho`` and ``--temperature T`` (Transolver's slice projection and temperature at
-initialisation).
+initialisation), ``--local-slices`` (Transolver: slice weights and slice features from a 3-node
+circular convolution over the grid, as the authors' Transolver on structured meshes). ``--roll``
+reads every training sample through a new random circular shift on every access.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import math
 import time
 import types
 from pathlib import Path
+
+from torch.utils.data import Dataset
 
 from benchmarks.lib.common import RESULTS, markdown_table
 
@@ -49,6 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--drift", action="store_true")
     parser.add_argument("--slice-init", default=None, choices=("ortho",))
     parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--local-slices", action="store_true")
+    parser.add_argument("--roll", action="store_true")
     parser.add_argument("--slices-report", action="store_true")
     parser.add_argument("--floor", action="store_true")
     parser.add_argument("--table", action="store_true")
@@ -100,6 +106,29 @@ def settings(args) -> tuple[dict, dict]:
     return train, model
 
 
+class Rolled(Dataset):
+    """Training samples read through a random circular shift of their fields (a new shift on
+    every access, seeded): the periodic problem is translation-equivariant, so every shift of a
+    sample is a sample."""
+
+    def __init__(self, samples, inputs: str, target: str):
+        import numpy as np
+
+        self.samples, self.inputs, self.target = samples, inputs, target
+        self.rng = np.random.default_rng(0)
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        import torch
+
+        data = self.samples[index].clone()
+        shift = int(self.rng.integers(len(data.pos)))
+        data.x, data.y = torch.roll(data.x, shift, 0), torch.roll(data.y, shift, 0)
+        return with_inputs(data, self.inputs, self.target)
+
+
 def add_drift(net) -> None:
     """PiT's processor blocks attend from their nodes shifted by a learned length (zero at first):
     the kernel exp(-lambda |x + b - y|^2) is no longer even."""
@@ -113,6 +142,41 @@ def add_drift(net) -> None:
     for block in net.processor:
         block.drift = torch.nn.Parameter(torch.zeros(1))
         block.forward = types.MethodType(forward, block)
+
+
+def add_local_slices(net, n: int) -> None:
+    """Transolver's slice assignment and slice features from a 3-node circular convolution over
+    the grid instead of a linear map of each node alone (the authors' structured-mesh form)."""
+    import torch
+    from torch import nn
+
+    def on_grid(conv, x):
+        b = len(x) // n
+        return conv(x.view(b, n, -1).transpose(1, 2)).transpose(1, 2).reshape(len(x), -1)
+
+    class GridConv(nn.Module):
+        def __init__(self, conv):
+            super().__init__()
+            self.conv = conv
+
+        def forward(self, x):
+            return on_grid(self.conv, x)
+
+    def slice_weights(self, x):
+        inv_t = 1.0 / self.temperature
+        scale = inv_t.repeat_interleave(self.head_channels)
+        xs = (on_grid(self.conv_x, x) * scale).view(len(x), self.heads, self.head_channels)
+        logits = torch.bmm(xs.transpose(0, 1), self.lin_slice.weight.T.expand(self.heads, -1, -1))
+        return torch.softmax(logits + (self.lin_slice.bias * inv_t[:, None])[:, None], -1)
+
+    for block in net.blocks:
+        attn = block.attn
+        inner = attn.heads * attn.head_channels
+        attn.conv_x = nn.Conv1d(attn.channels, inner, 3, padding=1, padding_mode="circular")
+        attn.lin_fx = GridConv(
+            nn.Conv1d(attn.channels, inner, 3, padding=1, padding_mode="circular")
+        )
+        attn._slice_weights = types.MethodType(slice_weights, attn)
 
 
 def slices_report(net, trainer) -> list[dict]:
@@ -157,13 +221,10 @@ def trial(args) -> dict:
 
     torch.set_num_threads(1)
     train_args, model_args = settings(args)
-    splits = {
-        s: [
-            with_inputs(d, args.inputs, args.target)
-            for d in build_dataset("burgers", s, None, **SPLIT)
-        ]
-        for s in ("train", "test")
-    }
+    raw = {s: list(build_dataset("burgers", s, None, **SPLIT)) for s in ("train", "test")}
+    splits = {s: [with_inputs(d, args.inputs, args.target) for d in raw[s]] for s in raw}
+    if args.roll:
+        splits["train"] = Rolled(raw["train"], args.inputs, args.target)
     config = TrainConfig(**train_args)
     data = prepare_data(splits["train"], splits["test"], config)
     seed_everything(0)
@@ -178,6 +239,8 @@ def trial(args) -> dict:
                 torch.nn.init.orthogonal_(block.attn.lin_slice.weight)
     if args.drift:
         add_drift(net)
+    if args.local_slices:
+        add_local_slices(net, SPLIT["resolution"])
     start = time.perf_counter()
     trainer = Trainer(net, data, config=config)
     metrics = trainer.fit()
@@ -189,6 +252,8 @@ def trial(args) -> dict:
             c
             for c in (
                 "drift" if args.drift else "",
+                "local slices" if args.local_slices else "",
+                "random shifts" if args.roll else "",
                 f"slice-init {args.slice_init}" if args.slice_init else "",
                 f"temperature {args.temperature}" if args.temperature is not None else "",
             )

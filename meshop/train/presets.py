@@ -104,9 +104,10 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # second input: position-attention's kernels depend on distances only, so with u0 alone PiT
     # maps a mirrored u0 to the mirrored output and cannot learn which way u0 moves its mass
     # (10 epochs: 0.414 with u0, 0.414 with |u0_x|, 0.372 with u0_x; 30 epochs with u0_x:
-    # 0.095; benchmarks/results/burgers_inputs.md)
+    # 0.095; 67 epochs with u0_x: 0.0505 with lr 1e-3, 0.0270 with lr 2e-3;
+    # benchmarks/results/burgers_inputs.md)
     ("burgers", "pit"): {
-        "train": {"loss": "rel_l1", "normalize_pos": False},
+        "train": {"loss": "rel_l1", "normalize_pos": False, "lr": 2e-3},
         "model": {"width": 64, "encoder_quantile": 0.01, "decoder_quantile": 0.08, "periodic": 1.0},
         "dataset": {"gradient": True},
     },
