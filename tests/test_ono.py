@@ -386,6 +386,8 @@ def test_the_config_records_every_option_so_a_checkpoint_rebuilds_the_same_model
         feature_layer_norm=False,
         feature_coordinates=False,
         linear_decoder=True,
+        linear_encoder=True,
+        authors_init=True,
     )
     model = ONO(**every)
     assert model.config == every

@@ -483,11 +483,10 @@ def _ono_pairs(ours, ref):
         return t[:, [1, 2, 0]]
 
     pairs = [
-        (ours.encoder.lins[0].weight, ref.preprocess.pre[0].weight, permute, permute),
-        (ours.encoder.lins[0].bias, ref.preprocess.pre[0].bias, same, same),
-        (ours.encoder.lins[1].weight, ref.preprocess.post.weight, same, same),
-        (ours.encoder.lins[1].bias, ref.preprocess.post.bias, same, same),
+        (ours.encoder.lins[0].weight, ref.preprocess.weight, permute, permute),
+        (ours.encoder.lins[0].bias, ref.preprocess.bias, same, same),
     ]
+    assert len(ours.encoder.lins) == 1  # ONO2's one linear layer
     for feature, solution, block in zip(ours.feature_blocks, ours.solution_blocks, ref.blocks):
         attn, scale = feature.attn, block.attn.dim_head**0.5
         linears = [
@@ -609,6 +608,28 @@ def test_ono_block_options_default_to_meshops_blocks():
         assert all(f.attn.pos_dim == pos_dim for f in model.feature_blocks)
         assert len(model.solution_blocks[-1].ffn.lins) == decoder
         assert all(len(s.ffn.lins) == 2 for s in model.solution_blocks[:-1])
+
+
+def test_ono_linear_encoder_and_the_authors_initialisation():
+    """``linear_encoder``: ONO2's one linear lift; ``authors_init``: every linear layer, the
+    feature attention's included, truncated normal (std 0.02) with zero bias, as ONO2's
+    ``initialize_weights``; both recorded in the config, so a checkpoint rebuilds them."""
+    from meshop.models import ONO
+
+    torch.manual_seed(0)
+    default = ONO(3, 1, 2, 64, 2, 4, 4)
+    authors = ONO(3, 1, 2, 64, 2, 4, 4, linear_encoder=True, authors_init=True)
+    assert [lin.weight.shape for lin in authors.encoder.lins] == [(128, 3)]
+    assert len(default.encoder.lins) == 2
+    attention = [f.attn.lin_q for f in authors.feature_blocks]
+    weights = torch.cat([lin.weight.flatten() for lin in attention])
+    assert abs(float(weights.std()) - 0.02) < 0.004
+    linears = [m for m in authors.modules() if isinstance(m, torch.nn.Linear)]
+    assert all(lin.bias is None or not lin.bias.any() for lin in linears)
+    own = torch.cat([f.attn.lin_q.weight.flatten() for f in default.feature_blocks])
+    assert abs(float(own.std()) - 0.02) > 0.01  # the feature attention's own otherwise
+    rebuilt = ONO(**authors.config)
+    assert rebuilt.config == authors.config and len(rebuilt.encoder.lins) == 1
 
 
 # --- the benchmark script ----------------------------------------------------------------------

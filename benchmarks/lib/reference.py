@@ -18,8 +18,8 @@ operators, re-expressed here in a few lines each so that the speed comparison
   ``einsum("bhnj,bjd->bnhd")`` with the full-width input features (every head sees all channels),
   then (processor) concatenation with the input and a two-layer MLP.
 - :class:`ONOReference`: the ONO authors' model ``ONOmodel2.ONO2`` with ``orth=True`` (Xiao et al.
-  2024): a linear lift of ``[pos, f]`` to ``2d`` split into the feature stream ``x`` and the
-  solution stream ``fx``; per block ``x += Attn(LN(x))`` with the linear attention of the
+  2024): one linear layer lifting ``[pos, f]`` to ``2d``, split into the feature stream ``x``
+  and the solution stream ``fx``; per block ``x += Attn(LN(x))`` with the linear attention of the
   ``linear-attention-transformer`` package (written densely here: per head ``q`` softmax over
   channels times ``d_head^-1/2``, ``k`` softmax over nodes, ``q (k^T v)``), ``x += MLP(LN(x))``,
   ``x_ = Linear(x)`` to ``k`` channels, the batch second moment ``einsum("blc,bld->cd") / (B n)``
@@ -276,7 +276,8 @@ class ONOReferenceBlock(nn.Module):
 
 
 class ONOReference(nn.Module):
-    """``ONO2``: ``x, fx = Linear-GELU-Linear([pos, f]).chunk(2)``, then the blocks."""
+    """``ONO2``: ``x, fx = Linear([pos, f]).chunk(2)`` (its ``preprocess``: one linear layer),
+    then the blocks."""
 
     def __init__(
         self,
@@ -289,7 +290,7 @@ class ONOReference(nn.Module):
         mlp_ratio: int = 1,
     ):
         super().__init__()
-        self.preprocess = _ONOMLP(in_channels, 2 * width, 2 * width)
+        self.preprocess = nn.Linear(in_channels, 2 * width)
         self.blocks = nn.ModuleList(
             ONOReferenceBlock(
                 width, heads, psi_dim, mlp_ratio, last=i == layers - 1, out_dim=out_channels

@@ -102,7 +102,12 @@ ONO_AUTHORS_WHITENING = dict(orthonormalize="batch", value_projection=False, inn
 #: ... and of the authors' blocks: linear attention without per-head layer norms or coordinates,
 #: the last stage's FFN a single linear layer: the authors' ``ONO2``
 ONO_AUTHORS = dict(
-    ONO_AUTHORS_WHITENING, feature_layer_norm=False, feature_coordinates=False, linear_decoder=True
+    ONO_AUTHORS_WHITENING,
+    feature_layer_norm=False,
+    feature_coordinates=False,
+    linear_decoder=True,
+    linear_encoder=True,
+    authors_init=True,
 )
 #: the options of ``ono_case(authors=...)``
 ONO_OPTIONS = {True: ONO_AUTHORS, "whitening": ONO_AUTHORS_WHITENING, False: {}}

@@ -86,10 +86,16 @@ class ONO(nn.Module):
             still enter through the encoder).
         linear_decoder (bool): the last stage's FFN as a single linear layer to the outputs (the
             authors' ``ONO2``) instead of a two-layer FFN.
+        linear_encoder (bool): the encoder as a single linear layer (the authors' ``ONO2``:
+            ``preprocess = Linear(in, 2 width)``) instead of a two-layer GELU MLP.
+        authors_init (bool): every linear layer truncated normal (std 0.02) with zero bias, the
+            feature attention's included (the authors' ``initialize_weights``); ``False`` keeps
+            the feature attention's own initialisation (:class:`~meshop.nn.HeadAttention`).
 
     With ``feature_attention="linear"``, ``orthonormalize="batch"``, ``value_projection=False``,
-    ``inner_product="sum"``, ``feature_layer_norm=False``, ``feature_coordinates=False`` and
-    ``linear_decoder=True`` the model is the authors' ``ONO2`` (orth=True) up to the
+    ``inner_product="sum"``, ``feature_layer_norm=False``, ``feature_coordinates=False``,
+    ``linear_decoder=True``, ``linear_encoder=True`` and ``authors_init=True`` the model is the
+    authors' ``ONO2`` (orth=True) up to the
     parameterisation of its linear attention: the factor :math:`d_{head}^{-1/2}` on the queries
     is left to the output projection, and the Q, K, V projections carry biases (the one of K has
     no effect: the softmax over the nodes cancels it).
@@ -119,6 +125,8 @@ class ONO(nn.Module):
         feature_layer_norm: bool = True,
         feature_coordinates: bool = True,
         linear_decoder: bool = False,
+        linear_encoder: bool = False,
+        authors_init: bool = False,
     ):
         super().__init__()
         if feature_attention not in FEATURE_ATTENTIONS:
@@ -149,9 +157,12 @@ class ONO(nn.Module):
             feature_layer_norm=feature_layer_norm,
             feature_coordinates=feature_coordinates,
             linear_decoder=linear_decoder,
+            linear_encoder=linear_encoder,
+            authors_init=authors_init,
         )
         self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
-        self.encoder = MLP([in_channels, 2 * width, 2 * width])
+        self.encoder = MLP([in_channels, *([] if linear_encoder else [2 * width]), 2 * width])
+        self.authors_init = authors_init
         self.feature_blocks = nn.ModuleList(
             FeatureBlock(
                 width,
@@ -182,11 +193,17 @@ class ONO(nn.Module):
 
     def reset_parameters(self) -> None:
         """Truncated-normal linear weights (std 0.02, as in the authors' code) in the encoder and
-        the FFNs; the feature attention keeps its own initialisation."""
+        the FFNs; the feature attention keeps its own initialisation unless ``authors_init``."""
         self.encoder.reset_parameters()
         trunc_normal_linears(self.encoder)
         for block in [*self.feature_blocks, *self.solution_blocks]:
             block.reset_parameters()
+        if self.authors_init:
+            for module in self.modules():
+                if isinstance(module, nn.Linear):
+                    nn.init.trunc_normal_(module.weight, std=0.02)
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
 
     def forward(self, data: Data) -> Tensor:
         features, pos, batch, weight, is_query = self._nodes(data)
