@@ -31,6 +31,8 @@ NOT_COPIES = {
     "transolver.md": {"0.1 MB"},  # the agreement of two memory measurements, not one of them
     "benchmarks.md": {"1.5x"},  # the speed aim of the Galerkin encoder and ONO, not a measurement
     "ono.md": {"0.0815"},  # a toy task's error, equal to one of large_mesh_zero_shot.md
+    "pit.md": {"0.092"},  # the quick start's weighted PiT, equal to a Burgers trial's error
+    "training.md": {"0.031"},  # an example's CSV output, equal to a Burgers trial's loss
 }
 
 
