@@ -325,27 +325,46 @@ def calibrate(pairs: list[tuple[str, str]], args) -> None:
     else:
         records = [calibrate_pair(d, m, args) for d, m in pairs]
     path = args.out / EPOCH_SECONDS
+    info = {**machine(), "threads": args.threads, "seed": args.seed}
+    for record in records:  # each pair with its own measurement: calibrations merge
+        record.update(date=info["date"], command=info["command"], load=os.getloadavg()[0])
     old = json.loads(path.read_text())["records"] if path.exists() else []
     done = {(r["dataset"], r["model"]) for r in records}
     records = [r for r in old if (r["dataset"], r["model"]) not in done] + records
-    info = {**machine(), "threads": args.threads, "seed": args.seed}
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machine": info, "records": records}, indent=1) + "\n")
+    write_epoch_table(path)
+
+
+def write_epoch_table(path: Path) -> str:
+    """The Markdown table (printed and written beside it) of an :data:`EPOCH_SECONDS` file."""
+    data = json.loads(path.read_text())
+    info, records = data["machine"], data["records"]
     rows = [
-        [r["dataset"], NAMES[r["model"]], fmt_time(r["epoch_seconds"]), fmt_time(r["wall_seconds"])]
+        [
+            r["dataset"],
+            NAMES[r["model"]],
+            fmt_time(r["epoch_seconds"]),
+            fmt_time(r["wall_seconds"]),
+            r.get("date", "-"),
+        ]
         for r in records
     ]
+    commands = sorted({r.get("command", info["command"]) for r in records})
     text = "\n".join(
         [
             "## Training time per epoch of every pair (the equal-time table's divisor)",
             "",
             SECTION_START,
-            f"Measured {info['date']} with `{info['command']}` on {info['cpu']}, "
-            f"{args.threads} torch thread(s): the second epoch of each pair on the table's "
+            f"Measured with {' and '.join(f'`{c}`' for c in commands)} on {info['cpu']}, "
+            f"{info['threads']} torch thread(s): the second epoch of each pair on the table's "
             "training split, CPU time of the process (what the run itself costs, however busy "
-            "the machine) and wall-clock time.",
+            "the machine) and wall-clock time (longer than the CPU time where other jobs "
+            "shared the cores).",
             "",
-            markdown_table(["dataset", "model", "CPU time per epoch", "wall-clock"], rows),
+            markdown_table(
+                ["dataset", "model", "CPU time per epoch", "wall-clock", "measured"], rows
+            ),
             "",
             SECTION_END,
             "",
@@ -353,6 +372,7 @@ def calibrate(pairs: list[tuple[str, str]], args) -> None:
     )
     print(text, flush=True)
     path.with_suffix(".md").write_text(text)
+    return text
 
 
 def super_resolution(record: dict, args) -> dict:
