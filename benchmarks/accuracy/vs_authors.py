@@ -29,9 +29,8 @@ is skipped with a message naming what to pass; the result files say so too. Clon
 ``git clone https://github.com/thuml/Transolver`` and ``git clone https://github.com/xzppp/ONO``;
 the ONO module needs ``pip install einops linear-attention-transformer``.
 
-The full run (10 runs of 60 epochs) took 63 min on the 2-core development machine while other
-jobs kept both cores busy (load 4 to 15; the result file gives each run's time and load); an
-epoch takes about 2 s at a load of 3, which makes about 25 min.
+The full run (8 runs of 60 epochs) took 16 min on the 2-core development machine with little else
+running (the result file gives each run's time and load).
 """
 
 from __future__ import annotations
