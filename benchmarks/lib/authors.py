@@ -71,8 +71,9 @@ def _require(package: str, pip_name: str, model: str) -> None:
         )
 
 
-def _load(clone: Path | None, file: Path, root: Path, name: str, model: str, option: str, repo):
-    """The module ``clone/file`` imported with ``clone/root`` on the path (their imports)."""
+def _check_clone(clone: Path | None, file: Path, model: str, option: str, repo) -> None:
+    """A clear message, before anything else is checked, when no clone is given or ``clone``
+    lacks the authors' ``file``."""
     if clone is None:
         raise AuthorsCodeMissing(
             f"no clone of the {model} authors' repository given: pass {option} /path/to/clone "
@@ -83,6 +84,12 @@ def _load(clone: Path | None, file: Path, root: Path, name: str, model: str, opt
         raise AuthorsCodeMissing(
             f"{option} {clone}: no {file} there; pass the root of a clone of {repo}"
         )
+
+
+def _load(clone: Path | None, file: Path, root: Path, name: str, model: str, option: str, repo):
+    """The module ``clone/file`` imported with ``clone/root`` on the path (their imports)."""
+    _check_clone(clone, file, model, option, repo)
+    path = Path(clone).expanduser() / file
     search = str(Path(clone).expanduser() / root)
     sys.path.insert(0, search)
     try:
@@ -97,6 +104,7 @@ def _load(clone: Path | None, file: Path, root: Path, name: str, model: str, opt
 def transolver_class(clone: Path | None, option: str = "--transolver-dir") -> type[nn.Module]:
     """The Transolver authors' irregular-mesh ``Model`` (called as ``model(pos, fields)`` on
     ``[B, N, C]`` tensors), imported from ``clone``."""
+    _check_clone(clone, TRANSOLVER_FILE, "Transolver", option, TRANSOLVER_REPO)
     _require("einops", "einops", "Transolver")
     _stand_in_timm()
     root = TRANSOLVER_FILE.parts[0]
@@ -110,6 +118,7 @@ def transolver_class(clone: Path | None, option: str = "--transolver-dir") -> ty
 def ono_class(clone: Path | None, option: str = "--ono-dir") -> type[nn.Module]:
     """The ONO authors' ``ONO2`` (called as ``model(pos, field)`` on ``[B, N, C]`` tensors, one
     input field), imported from ``clone``."""
+    _check_clone(clone, ONO_FILE, "ONO", option, ONO_REPO)
     _require("einops", "einops", "ONO")
     _require("linear_attention_transformer", "linear-attention-transformer", "ONO")
     _stand_in_timm()
