@@ -49,7 +49,13 @@ from benchmarks.lib.common import (
     markdown_table,
     progress,
 )
-from benchmarks.lib.training_runs import DATASETS, NAMES, dataset_options, run_config
+from benchmarks.lib.training_runs import (
+    DATASETS,
+    NAMES,
+    dataset_options,
+    run_config,
+    run_trainer,
+)
 
 #: epochs of each model on each dataset (default budget); the operators on the mesh datasets get
 #: more (the mesh problems need more steps); the measured times are in the tables. PiT: 150
@@ -265,7 +271,7 @@ def checkpoints(record: dict) -> list[str]:
 
 def frozen_epoch_seconds(args) -> dict[tuple[str, str], float]:
     """The per-epoch training times of ``--calibrate``, read from ``--out``'s
-    :data:`EPOCH_SECONDS` (a clear error when absent or missing a pair)."""
+    :data:`EPOCH_SECONDS` (a clear error when the file is absent)."""
     path = args.out / EPOCH_SECONDS
     if not path.exists():
         raise SystemExit(
@@ -286,29 +292,11 @@ def calibrate_pair(dataset: str, model: str, args) -> dict:
 
     import torch
 
-    from meshop.models.registry import build_model
-    from meshop.train import Trainer, prepare_data
-    from meshop.train.presets import preset
-    from meshop.train.run import load_splits
-    from meshop.train.trainer import seed_everything
-
     torch.set_num_threads(args.threads)
     progress(f"timing an epoch of {model} on {dataset}")
     run = run_config(dataset, model, 2, Path("unused"), args)
-    defaults = preset(dataset, model)
-    config = run.train_config(defaults["train"])
-    splits = load_splits(dataset, args.data_dir, {**defaults["dataset"], **run.dataset_args})
-    data = prepare_data(splits["train"], None, config)
-    seed_everything(config.seed)
-    net = build_model(
-        model,
-        in_channels=data.info["in_channels"],
-        out_channels=data.info["out_channels"],
-        pos_dim=data.info["pos_dim"],
-        **{**defaults["model"], **run.model_args},
-    )
     with tempfile.TemporaryDirectory() as out:
-        trainer = Trainer(net, data, config=config, out_dir=out)
+        trainer, _ = run_trainer(run, out, test=False)
         trainer.train_epoch()
         start, wall = time.process_time(), time.perf_counter()
         trainer.train_epoch()

@@ -25,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.lib.common import RESULTS, SECTION_END, SECTION_START, machine, markdown_table
+from benchmarks.lib.training_runs import run_trainer
 
 MODELS = ("pit", "galerkin", "fourier", "ono", "transolver", "mlp")
 #: the parts of an epoch, in table order (``rest`` is the epoch less the others)
@@ -170,34 +171,15 @@ _MISSING = object()
 
 def profile_model(model: str, args, out_dir: Path) -> dict:
     """Setup and per-epoch parts (seconds) of two epochs of ``meshop train`` on Elasticity."""
-    from meshop.models.registry import build_model
-    from meshop.train import RunConfig, Trainer, prepare_data
-    from meshop.train.presets import preset
-    from meshop.train.run import load_splits
-    from meshop.train.trainer import seed_everything
+    from meshop.train import RunConfig
 
-    defaults = preset("elasticity", model)
     run = RunConfig(
         dataset="elasticity",
         model=model,
         train={"epochs": 2, "eval_every": 1, "progress": False},
         dataset_args={"num_train": args.num_train, "num_test": args.num_test},
     )
-    config = run.train_config(defaults["train"])
-    start = time.perf_counter()
-    splits = load_splits("elasticity", None, {**defaults["dataset"], **run.dataset_args})
-    loaded = time.perf_counter()
-    data = prepare_data(splits["train"], splits["test"], config)
-    prepared = time.perf_counter()
-    seed_everything(config.seed)
-    net = build_model(
-        model,
-        in_channels=data.info["in_channels"],
-        out_channels=data.info["out_channels"],
-        pos_dim=data.info["pos_dim"],
-        **defaults["model"],
-    )
-    trainer = Trainer(net, data, config=config, out_dir=out_dir / model)
+    trainer, setup = run_trainer(run, out_dir / model)
     clock, epochs, started = Clock(), [], []
     with contextlib.ExitStack() as stack:
         instrument(trainer, clock, stack)
@@ -221,9 +203,8 @@ def profile_model(model: str, args, out_dir: Path) -> dict:
         trainer.fit()
     return {
         "model": model,
-        "batch_size": config.batch_size,
-        "load_s": loaded - start,
-        "prepare_s": prepared - loaded,
+        "batch_size": trainer.config.batch_size,
+        **setup,
         "epochs": epochs,
     }
 
