@@ -602,6 +602,30 @@ def test_vs_authors_skips_a_model_whose_authors_code_is_not_given(tmp_path, caps
     assert "Transolver_Irregular_Mesh.py there" in skipped["transolver"]
 
 
+def test_vs_authors_on_burgers_writes_its_own_result_files(tmp_path, monkeypatch):
+    """``--dataset burgers`` writes ``vs_authors_burgers.*`` (the Darcy files stay), records the
+    dataset, and its redrawn tables go to the same name."""
+    from benchmarks.accuracy import vs_authors
+    from benchmarks.lib import authors
+
+    monkeypatch.setattr(authors, "_installed", lambda package: False)
+    out = ["--out", str(tmp_path), "--data-dir", str(tmp_path / "data")]
+    vs_authors.main(["--quick", "--dataset", "burgers", *out])
+    assert not (tmp_path / "vs_authors.json").exists()
+    result = json.loads((tmp_path / "vs_authors_burgers.json").read_text())
+    assert result["data"]["dataset"] == "burgers" and result["records"] == []
+    again = [
+        "--tables-from",
+        str(tmp_path / "vs_authors_burgers.json"),
+        "--out",
+        str(tmp_path / "r"),
+    ]
+    vs_authors.main(again)
+    assert (tmp_path / "r" / "vs_authors_burgers.md").read_text() == (
+        tmp_path / "vs_authors_burgers.md"
+    ).read_text()
+
+
 #: (model, environment variable naming a clone of the authors' repository, option)
 AUTHORS_CLONES = [
     ("transolver", "MESHOP_TRANSOLVER_CLONE", "--transolver-dir"),
@@ -609,11 +633,12 @@ AUTHORS_CLONES = [
 ]
 
 
+@pytest.mark.parametrize("dataset", ["darcy", "burgers"])
 @pytest.mark.parametrize(("model", "variable", "option"), AUTHORS_CLONES)
-def test_vs_authors_trains_both_implementations_alike(model, variable, option, tmp_path):
+def test_vs_authors_trains_both_implementations_alike(model, variable, option, dataset, tmp_path):
     """With a clone of the authors' repository (named by the environment variable), meshop's
-    model and the authors' train on the same data for the same epochs with each seed; their
-    parameter counts differ only where the parameterisations do."""
+    model and the authors' train on the same data (2D Darcy, 1D Burgers) for the same epochs
+    with each seed; their parameter counts differ only where the parameterisations do."""
     import os
 
     from benchmarks.accuracy import vs_authors
@@ -624,9 +649,10 @@ def test_vs_authors_trains_both_implementations_alike(model, variable, option, t
             f"set {variable} to a clone of the {vs_authors.TITLES[model]} authors' repository"
         )
     out = ["--out", str(tmp_path), "--data-dir", str(tmp_path / "data")]
-    vs_authors.main(["--quick", "--models", model, option, clone, *out])
-    result = json.loads((tmp_path / "vs_authors.json").read_text())
-    assert result["skipped"] == {}
+    vs_authors.main(["--quick", "--dataset", dataset, "--models", model, option, clone, *out])
+    name = vs_authors.result_name(dataset)
+    result = json.loads((tmp_path / f"{name}.json").read_text())
+    assert result["skipped"] == {} and result["data"]["dataset"] == dataset
     runs = {(r["implementation"], r["seed"]): r for r in result["records"]}
     assert {seed for _, seed in runs} == {0, 1} and {"meshop", "authors"} <= {i for i, _ in runs}
     assert all(r["epochs"] == 1 and 0 < r["test_rel_l2"] < 10 for r in runs.values())
@@ -636,5 +662,5 @@ def test_vs_authors_trains_both_implementations_alike(model, variable, option, t
         assert theirs == ours + width  # the placeholder, in meshop's lift's bias
     else:  # the one-layer lift of ONO2 (linear_encoder); meshop's Q, K, V have biases
         assert ours == theirs + 3 * width * layers
-    text = (tmp_path / "vs_authors.md").read_text()
+    text = (tmp_path / f"{name}.md").read_text()
     assert "meshop: mean " in text and "against the authors'" in text and "| authors |" in text

@@ -8,9 +8,11 @@ learning-rate schedule, gradient clipping, epochs, batch size and data, with see
 run through meshop's :class:`~meshop.train.Trainer`: the same normalisers fitted on the training
 split (inputs, coordinates, outputs), the same per-sample relative L2 loss, the same shuffling per
 seed and the same evaluation (mean and median per-sample relative L2 on the test split), on one
-torch thread. The authors' models take dense ``[B, N, C]`` batches, so the data is Darcy flow on
-a uniform grid (every sample the same nodes, quadrature weights ``1/N``: meshop's integrals are
-then the authors' unweighted sums over the nodes).
+torch thread. The authors' models take dense ``[B, N, C]`` batches, so the data is on a uniform
+grid (every sample the same nodes, quadrature weights ``1/N``: meshop's integrals are then the
+authors' unweighted sums over the nodes): Darcy flow in 2D by default, ``--dataset burgers`` the
+1D viscous Burgers equation (u0 -> u at t = 1 on 256 points; the input is u0 alone, no derived
+inputs, so that both implementations see the raw problem).
 
 meshop's ONO is built with the options of the authors' ``ONO2`` (batch whitening with a running
 moment, no value projection, the raw sum as inner product, linear attention without per-head
@@ -23,6 +25,8 @@ from those options, set them in the benchmark as a row ``LIFTED``, and ONO gaine
 
     python -m benchmarks.accuracy.vs_authors --transolver-dir ~/src/Transolver --ono-dir ~/src/ONO
     python -m benchmarks.accuracy.vs_authors --quick --transolver-dir ~/src/Transolver
+    python -m benchmarks.accuracy.vs_authors --dataset burgers --models transolver \
+        --transolver-dir ~/src/Transolver   # writes vs_authors_burgers.{md,json}
 
 A model whose clone is not given (or lacks the authors' file, or a package their module needs)
 is skipped with a message naming what to pass; the result files say so too. Clones:
@@ -53,9 +57,18 @@ from benchmarks.lib.common import (
 from benchmarks.lib.training_steps import ONO_AUTHORS
 
 NAME = "vs_authors"
-#: the data: Darcy flow on a 22 x 22 grid (coefficient -> pressure), solved on a 211 x 211 grid
-DATA = dict(num_train=200, num_test=50, resolution=22, fine_resolution=211)
-QUICK_DATA = dict(num_train=4, num_test=2, resolution=6, fine_resolution=41)
+#: the data of each dataset: Darcy flow on a 22 x 22 grid (coefficient -> pressure), solved on a
+#: 211 x 211 grid; Burgers on 256 points (u0 -> u(1)), the accuracy table's
+DATA = {
+    "darcy": dict(num_train=200, num_test=50, resolution=22, fine_resolution=211),
+    "burgers": dict(num_train=200, num_test=50, resolution=256),
+}
+QUICK_DATA = {
+    "darcy": dict(num_train=4, num_test=2, resolution=6, fine_resolution=41),
+    "burgers": dict(num_train=4, num_test=2, resolution=32, fine_resolution=1024),
+}
+#: the spatial dimension of each dataset's nodes (every dataset here has one input field)
+POS_DIM = {"darcy": 2, "burgers": 1}
 #: the models' sizes: meshop's CPU presets (meshop.train.presets), also the speed benchmark's
 SIZES = {
     "transolver": dict(width=64, layers=4, heads=4, slices=32, mlp_ratio=1),
@@ -117,6 +130,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--models", default="transolver,ono", help="comma-separated names")
     parser.add_argument(
+        "--dataset",
+        choices=sorted(DATA),
+        default="darcy",
+        help="the uniform-grid data (default: darcy; burgers writes vs_authors_burgers.*)",
+    )
+    parser.add_argument(
         "--ono-defaults", action="store_true", help="also train meshop's ONO with its defaults"
     )
     parser.add_argument("--epochs", type=int, default=None, help="every run (default: EPOCHS)")
@@ -134,8 +153,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 def load_splits(args):
     from meshop.datasets.registry import build_dataset
 
-    options = dict(QUICK_DATA if args.quick else DATA, seed=0, progress=False)
-    return options, [build_dataset("darcy", s, args.data_dir, **options) for s in ("train", "test")]
+    options = dict((QUICK_DATA if args.quick else DATA)[args.dataset], seed=0, progress=False)
+    splits = [build_dataset(args.dataset, s, args.data_dir, **options) for s in ("train", "test")]
+    return options, splits
+
+
+def result_name(dataset: str) -> str:
+    """The result files' name: ``vs_authors`` on Darcy, ``vs_authors_<dataset>`` on the others."""
+    return NAME if dataset == "darcy" else f"{NAME}_{dataset}"
 
 
 def implementations(model: str, args) -> dict:
@@ -146,12 +171,13 @@ def implementations(model: str, args) -> dict:
     from meshop.models import ONO, Transolver
 
     s = (QUICK_SIZES if args.quick else SIZES)[model]
+    dim = POS_DIM[args.dataset]
     if model == "transolver":
         authors = transolver_class(args.transolver_dir)
 
         def theirs():
             net = authors(
-                space_dim=2,
+                space_dim=dim,
                 n_layers=s["layers"],
                 n_hidden=s["width"],
                 n_head=s["heads"],
@@ -162,12 +188,12 @@ def implementations(model: str, args) -> dict:
             )
             return DenseModel(net, s)
 
-        return {"meshop": lambda: Transolver(3, 1, 2, **s), "authors": theirs}
+        return {"meshop": lambda: Transolver(1 + dim, 1, dim, **s), "authors": theirs}
     authors = ono_class(args.ono_dir)
 
     def theirs():
         net = authors(
-            space_dim=2,
+            space_dim=dim,
             n_layers=s["layers"],
             n_hidden=s["width"],
             n_head=s["heads"],
@@ -179,7 +205,7 @@ def implementations(model: str, args) -> dict:
         return DenseModel(net, s)
 
     def ours(**options):
-        return lambda: ONO(3, 1, 2, feature_attention="linear", **s, **options)
+        return lambda: ONO(1 + dim, 1, dim, feature_attention="linear", **s, **options)
 
     out = {"meshop": ours(**ONO_AUTHORS), "authors": theirs}
     if args.ono_defaults:
@@ -226,8 +252,10 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.tables_from is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        text = tables(json.loads(args.tables_from.read_text()))
-        (args.out / f"{NAME}.md").write_text(text)
+        result = json.loads(args.tables_from.read_text())
+        text = tables(result)
+        name = result_name(result["data"].get("dataset", "darcy"))
+        (args.out / f"{name}.md").write_text(text)
         print(text, flush=True)
         return
     import torch
@@ -253,7 +281,7 @@ def main(argv=None) -> None:
             progress(f"skipping the {TITLES[model]}: {missing}")
             continue
         if data is None:
-            progress("generating (or loading) the Darcy data")
+            progress(f"generating (or loading) the {args.dataset} data")
             options, (train, test) = load_splits(args)
             prepare = TrainConfig(**TRAINING, progress=False, device="cpu")
             data = options, prepare_data(train, test, prepare)
@@ -274,16 +302,17 @@ def write(args, info, options, sizes, records, skipped, final: bool = False) -> 
     """The result files (``<out>/vs_authors.{md,json}``), rewritten after every run."""
     result = {
         "machine": info,
-        "data": {"dataset": "darcy", **(options or {})},
+        "data": {"dataset": args.dataset, **(options or {})},
         "training": TRAINING,
         "sizes": sizes,
         "records": records,
         "skipped": skipped,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
+    name = result_name(args.dataset)
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     text = tables(result)
-    (args.out / f"{NAME}.md").write_text(text)
+    (args.out / f"{name}.md").write_text(text)
     if final:
         print(text, flush=True)
 
@@ -354,17 +383,28 @@ def tables(result: dict) -> str:
         "are not affected)."
     )
     t = result["training"]
+    n = options.get("resolution")
+    if options.get("dataset", "darcy") == "darcy":
+        data = (
+            f"Darcy flow on a {n} x {n} grid ({options.get('num_train')} training and "
+            f"{options.get('num_test')} test samples, solved on {options.get('fine_resolution')}"
+            f" x {options.get('fine_resolution')})"
+        )
+        fields = "the coefficient, the coordinates and the pressure"
+    else:
+        data = (
+            f"the 1D viscous Burgers equation on {n} points, u0 -> u at t = 1 "
+            f"({options.get('num_train')} training and {options.get('num_test')} test samples)"
+        )
+        fields = "u0, the coordinate and u"
     setting = (
-        f"Darcy flow on a {options.get('resolution')} x {options.get('resolution')} grid "
-        f"({options.get('num_train')} training and {options.get('num_test')} test samples, "
-        f"solved on {options.get('fine_resolution')} x {options.get('fine_resolution')}); every "
-        f"run: {t['optimizer']} (lr {_power(t['lr'])}, weight decay {_power(t['weight_decay'])}), "
-        "one-cycle "
-        f"schedule (div {t['div_factor']:g}, final div {t['final_div_factor']:g}), gradient "
-        f"norm clipped at {t['clip']:g}, batch {t['batch_size']}, per-sample relative L2 loss, "
-        "Gaussian normalisers of the coefficient, the coordinates and the pressure fitted on the "
-        "training split, meshop's trainer for both implementations. Test error: mean per-sample "
-        "relative L2 on the test split; spread: the largest seed's error less the smallest."
+        f"{data}; every run: {t['optimizer']} (lr {_power(t['lr'])}, weight decay "
+        f"{_power(t['weight_decay'])}), one-cycle schedule (div {t['div_factor']:g}, final div "
+        f"{t['final_div_factor']:g}), gradient norm clipped at {t['clip']:g}, batch "
+        f"{t['batch_size']}, per-sample relative L2 loss, Gaussian normalisers of {fields} "
+        "fitted on the training split, meshop's trainer for both implementations. Test error: "
+        "mean per-sample relative L2 on the test split; spread: the largest seed's error less "
+        "the smallest."
     )
     parts = ["## Accuracy against the authors' code", "", SECTION_START, header, ""]
     if records:
