@@ -192,6 +192,8 @@ def test_accuracy_equal_time_divides_frozen_epoch_times_and_trains_every_seed(
     assert "4 s of training" in data["machine"]["budget"]
     tables = (tmp_path / "accuracy.md").read_text()
     assert "training seeds 0, 1" in tables and "| seed 0 / 1 | spread |" in tables
+    assert "| epochs | time per epoch | training |" in tables  # the divisor of each row
+    assert "| 2 | 2.00 s |" in tables and "| 8 | 500.0 ms |" in tables
     assert f"{records['mlp']['test_rel_l2']:.4f} ± {records['mlp']['spread'] / 2:.4f}" in tables
 
 
@@ -374,6 +376,20 @@ def test_accuracy_findings_are_computed_from_the_records(tmp_path):
         row("darcy-mesh", "mlp", 0.4, refinement={"0": 0.4, "1": 0.4, "2": 0.4}),
     ]
     text = accuracy.findings(records)
+    assert "Every operator's error is below the MLP baseline's on every dataset." in text
+    losing = [
+        row("airfoil", "pit", 0.29, spread=0.02),
+        row("airfoil", "galerkin", 0.5, spread=0.01),
+        row("airfoil", "ono", 0.25, spread=0.01),
+        row("airfoil", "mlp", 0.3, spread=0.005),
+    ]
+    lost = " ".join(accuracy.findings(records + losing).split())
+    assert (
+        "At or above the MLP baseline's error: Galerkin Transformer on Airfoil (0.5000 against "
+        "0.3000). Below it by no more than the seed spread (no win): PiT on Airfoil (0.2900 "
+        "against 0.3000)." in lost
+    )
+    assert "ONO on Airfoil" not in lost and "Every operator" not in lost
     assert "8.0x on DarcyMesh (PiT 0.0500 against 0.4000) and 3.0x on Elasticity" in text
     assert "PiT's error is 1.20x and 1.50x its error at the training resolution" in text
     assert "every model's error is 1.10x to 1.25x its error on the training grid" in text

@@ -176,7 +176,7 @@ EPOCH_SECONDS = "epoch_seconds.json"
 
 
 def budget(args) -> str:
-    """The budget of the table's header."""
+    """The budget of the table's header (also the key of ``--resume``'s saved records)."""
     if args.equal_time is not None:
         return (
             f"{args.equal_time:g} s of training (epochs: that time over the pair's CPU time per "
@@ -678,6 +678,7 @@ def findings(records: list[dict]) -> str:
             f"{levels[1] / levels[0]:.2f}x and {levels[-1] / levels[0]:.2f}x its error at the "
             "training resolution."
         )
+    text.append(baseline_losses(records))
     finer = {
         r["model"]: list(r["super_resolution"].values()) for r in records if "super_resolution" in r
     }
@@ -688,6 +689,37 @@ def findings(records: list[dict]) -> str:
             f"{max(growth):.2f}x its error on the training grid."
         )
     return " ".join(text)
+
+
+def baseline_losses(records: list[dict]) -> str:
+    """The operators that do not beat the MLP baseline, on every dataset of the table: those
+    whose mean error is at or above the MLP's, and (with several seeds) those below it by no more
+    than the larger of the two seed spreads, which is no win."""
+    by_pair = {(r["dataset"], r["model"]): r for r in records}
+    above, tied = [], []
+    for (dataset, model), r in by_pair.items():
+        mlp = by_pair.get((dataset, "mlp"))
+        if model == "mlp" or mlp is None:
+            continue
+        where = f"{NAMES[model]} on {dataset.capitalize()} ({r['test_rel_l2']:.4f} against "
+        where += f"{mlp['test_rel_l2']:.4f})"
+        spread = max(r.get("spread", 0.0), mlp.get("spread", 0.0))
+        if r["test_rel_l2"] >= mlp["test_rel_l2"]:
+            above.append(where)
+        elif mlp["test_rel_l2"] - r["test_rel_l2"] <= spread:
+            tied.append(where)
+    if not above and not tied:
+        return "Every operator's error is below the MLP baseline's on every dataset."
+    text = []
+    if above:
+        text.append(f"At or above the MLP baseline's error: {_listed(above)}.")
+    if tied:
+        text.append(f"Below it by no more than the seed spread (no win): {_listed(tied)}.")
+    return " ".join(text)
+
+
+def _listed(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + (" and " if len(items) > 1 else "") + items[-1]
 
 
 def budget_text(info: dict) -> str:
@@ -774,6 +806,12 @@ def write_tables(results: Path, path: Path) -> str:
     parts += ["### Mean test relative L2", "", summary_table(records), ""]
     for dataset in dict.fromkeys(r["dataset"] for r in records):
         seeded = any("seeds" in r for r in records if r["dataset"] == dataset)
+        # a time budget (--equal-time, --minutes): the time per epoch that divided it
+        timed = all(
+            r.get("timed_epoch_seconds", float("nan")) > 0
+            for r in records
+            if r["dataset"] == dataset
+        )
         rows = [
             [
                 NAMES[r["model"]],
@@ -791,6 +829,7 @@ def write_tables(results: Path, path: Path) -> str:
                 ),
                 fmt_error(r["test_rel_l2_median"]),
                 r["epochs"],
+                *([fmt_time(r["timed_epoch_seconds"])] if timed else []),
                 fmt_time(r["train_seconds"]),
                 f"{r['load_average']:.1f}" if "load_average" in r else "-",
             ]
@@ -807,7 +846,8 @@ def write_tables(results: Path, path: Path) -> str:
         if seeded:
             seeds = next(list(r["seeds"]) for r in records if "seeds" in r)
             headers += [f"seed {' / '.join(map(str, seeds))}", "spread"]
-        headers += ["median", "epochs", "training", "load"]
+        headers += ["median", "epochs", *(["time per epoch"] if timed else [])]
+        headers += ["training", "load"]
         parts += [f"### {caption}", ""]
         for r in records:  # rows measured again later, by another command
             if r["dataset"] == dataset and "rerun" in r:
