@@ -680,3 +680,34 @@ def test_vs_authors_trains_both_implementations_alike(model, variable, option, d
         assert ours == theirs + 3 * width * layers
     text = (tmp_path / f"{name}.md").read_text()
     assert "meshop: mean " in text and "against the authors'" in text and "| authors |" in text
+
+
+def test_grid_zero_shot_of_several_runs_is_the_mean_of_each_run(tmp_path):
+    """Given the runs of several training seeds (as the accuracy table's row), every error of
+    the stage table is the mean of the runs' own errors."""
+    import argparse
+
+    from benchmarks.lib.training_runs import run_config
+    from meshop.train.run import train_run
+
+    args = argparse.Namespace(quick=True, seed=0, data_dir=str(tmp_path / "data"))
+    small = {"model": {"channels": 8, "layers": 1, "heads": 2}}
+    runs = []
+    for seed in (0, 1):
+        out = tmp_path / f"darcy-galerkin-seed{seed}"
+        config = run_config("darcy", "galerkin", 1, out, args, small, train_seed=seed)
+        train_run(config, figures=False, log=lambda *_: None)
+        runs.append(str(out))
+    results = {}
+    for name, checkpoints in (("0", runs[:1]), ("1", runs[1:]), ("both", runs)):
+        grid_zero_shot.main([*checkpoints, "--out", str(tmp_path / name)])
+        records = json.loads((tmp_path / name / "grid_zero_shot.json").read_text())["records"]
+        results[name] = [record["errors"] for record in records]
+    assert len(results["both"]) == len(grid_zero_shot.STAGES) + 1
+    for both, one, other in zip(results["both"], results["0"], results["1"], strict=True):
+        assert both.keys() == one.keys() == {"6", "11", "21"}
+        for grid, error in both.items():
+            assert error == pytest.approx((one[grid] + other[grid]) / 2, rel=1e-6)
+        assert one != other  # two initialisations: the mean is not either run's
+    text = (tmp_path / "both" / "grid_zero_shot.md").read_text()
+    assert "mean of darcy-galerkin-seed0 and darcy-galerkin-seed1" in text

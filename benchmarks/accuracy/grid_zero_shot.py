@@ -1,10 +1,12 @@
 """Zero-shot super-resolution of the Galerkin / Fourier Transformer's 2D grid path, stage by stage.
 
     python -m benchmarks.accuracy.grid_zero_shot runs/accuracy/darcy-galerkin
+    python -m benchmarks.accuracy.grid_zero_shot runs/accuracy/darcy-galerkin-seed{0,1}
 
-Evaluates a checkpoint trained on a grid dataset (Darcy) on its test fields at the training grid
-and at the 2x and 4x finer grids that sample the same fields, with the grid path's choices that
-could follow the input grid taken, one more per row, from the training grid instead:
+Evaluates a checkpoint (or several: the errors are their means, as the accuracy table's row of
+several training seeds gives them) trained on a grid dataset (Darcy) on its test fields at the
+training grid and at the 2x and 4x finer grids that sample the same fields, with the grid path's
+choices that could follow the input grid taken, one more per row, from the training grid instead:
 
 - ``coarse``: the encoder's coarse grid (by default every third node of the grid);
 - ``middle``: the middle grids of the two CiNNs (``round(sqrt(n_f n_c))`` per axis);
@@ -79,6 +81,12 @@ class StagedGridPath(nn.Module):
         return node_tensor(out)
 
 
+def names(checkpoints: Sequence[str]) -> str:
+    """The run folders' names, and "mean of" when there are several."""
+    listed = " and ".join(Path(c).name for c in checkpoints)
+    return f"mean of {listed}" if len(checkpoints) > 1 else listed
+
+
 def training_grid(ckpt: dict, model: nn.Module) -> tuple[int, ...]:
     """The recorded training grid, else the checkpoint dataset's ``resolution`` per axis."""
     recorded = model.config.get("grid_shape")
@@ -92,7 +100,11 @@ def training_grid(ckpt: dict, model: nn.Module) -> tuple[int, ...]:
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", help="run folder or checkpoint of a grid-path model")
+    parser.add_argument(
+        "checkpoint",
+        nargs="+",
+        help="run folder or checkpoint of a grid-path model (several: their mean errors)",
+    )
     parser.add_argument("--data-dir", default=None, help="data root (default: the run's)")
     parser.add_argument("--grid", type=int, default=None, help="training grid nodes per axis")
     parser.add_argument("--threads", type=int, default=1)
@@ -105,8 +117,8 @@ def main(argv=None) -> Path:
     from meshop.train.normalized import NormalizedModel
     from meshop.train.run import _test_split
 
-    wrapped, ckpt = load_model(args.checkpoint)
-    model = wrapped.model
+    runs = [load_model(path) for path in args.checkpoint]
+    model, ckpt = runs[0][0].model, runs[0][1]
     grid = (args.grid,) * model.pos_dim if args.grid else training_grid(ckpt, model)
     n = grid[0]
     resolutions = [n, 2 * (n - 1) + 1, 4 * (n - 1) + 1]
@@ -114,9 +126,13 @@ def main(argv=None) -> Path:
     head = ["grid path on the training grid", *(f"{r}x{r}" for r in resolutions), "2x / 4x ratio"]
     rows, records = [], []
     for k in range(len(STAGES) + 1):
-        staged = NormalizedModel(StagedGridPath(model, grid, STAGES[:k]), wrapped.normalizers)
-        with torch.no_grad():
-            errors = [float(per_sample_errors(staged, tests[r], 10).mean()) for r in resolutions]
+        errors = [0.0] * len(resolutions)
+        for wrapped, _ in runs:  # the same test fields for every run (one dataset)
+            grid_path = StagedGridPath(wrapped.model, grid, STAGES[:k])
+            staged = NormalizedModel(grid_path, wrapped.normalizers)
+            with torch.no_grad():
+                for i, r in enumerate(resolutions):
+                    errors[i] += float(per_sample_errors(staged, tests[r], 10).mean()) / len(runs)
         name = " + ".join(STAGES[:k]) or "nothing (every grid its own)"
         ratios = f"{errors[1] / errors[0]:.2f} / {errors[2] / errors[0]:.2f}"
         rows.append([name, *(f"{e:.4f}" for e in errors), ratios])
@@ -128,7 +144,7 @@ def main(argv=None) -> Path:
         "grid_zero_shot",
         "Zero-shot super-resolution of the grid path, stage by stage",
         args,
-        {f"{Path(args.checkpoint).name}: test rel. L2 on the training grid and finer grids": table},
+        {f"{names(args.checkpoint)}: test rel. L2 on the training grid and finer grids": table},
         records,
     )
 
