@@ -197,6 +197,28 @@ def test_accuracy_equal_time_divides_frozen_epoch_times_and_trains_every_seed(
     assert f"{records['mlp']['test_rel_l2']:.4f} ± {records['mlp']['spread'] / 2:.4f}" in tables
 
 
+def test_accuracy_single_seed_datasets_train_the_first_seed_only(tmp_path, monkeypatch):
+    """--single-seed trains its datasets with the first of --seeds only (the others with every
+    seed), says so in the tables, and --resume reuses a record only with the seeds it needs."""
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    args = ["--quick", "--datasets", "darcy,burgers", "--models", "mlp", "--seeds", "0,1"]
+    args += ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path)]
+    accuracy.main([*args, "--single-seed", "burgers"])
+    data = json.loads((tmp_path / "accuracy.json").read_text())
+    records = {r["dataset"]: r for r in data["records"]}
+    assert list(records["darcy"]["seeds"]) == ["0", "1"] and "spread" in records["darcy"]
+    assert "seeds" not in records["burgers"] and "spread" not in records["burgers"]
+    assert not (tmp_path / "runs" / "burgers-mlp-seed1").exists()
+    tables = " ".join((tmp_path / "accuracy.md").read_text().split())
+    assert "training seeds 0, 1 (Burgers: seed 0 only)" in tables
+    trained = []
+    monkeypatch.setattr(accuracy, "pair_record", lambda d, m, a: trained.append(d) or records[d])
+    accuracy.main([*args, "--single-seed", "burgers", "--resume", "--out", str(tmp_path / "r")])
+    assert trained == []
+    accuracy.main([*args, "--resume", "--out", str(tmp_path / "r2")])
+    assert trained == ["burgers"]  # its record has one seed, this command wants two
+
+
 def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkeypatch):
     """--update replaces the rows of the same dataset and model, notes them with the command, and
     keeps the other rows except those of --forget datasets; DarcyMesh models are evaluated on the

@@ -127,6 +127,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "(default: --seed); the tables give the mean and the spread",
     )
     parser.add_argument(
+        "--single-seed",
+        default="",
+        metavar="DATASETS",
+        help="comma-separated datasets trained with the first of --seeds only (e.g. the grids, "
+        "when a second seed is wanted on the mesh datasets)",
+    )
+    parser.add_argument(
         "--equal-time",
         type=float,
         default=None,
@@ -166,6 +173,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
+    args.single_seed = [d for d in args.single_seed.split(",") if d]
     if sum(x is not None for x in (args.minutes, args.epochs, args.equal_time)) > 1:
         parser.error("give one budget: --minutes, --epochs or --equal-time")
     return args
@@ -225,7 +233,7 @@ def train_pair(dataset: str, model: str, args) -> dict:
     epochs, epoch_seconds = epochs_in_budget(dataset, model, args)
     load = os.getloadavg()[0]
     runs = {}
-    for seed in args.seeds:
+    for seed in seeds_of(dataset, args):
         out = args.runs / (f"{dataset}-{model}" + (f"-seed{seed}" if len(args.seeds) > 1 else ""))
         config = run_config(dataset, model, epochs, out, args, train_seed=seed)
         metrics = train_run(config, figures=False, log=lambda *_: None)
@@ -255,6 +263,12 @@ def train_pair(dataset: str, model: str, args) -> dict:
         record["seeds"] = runs
         record["spread"] = max(errors) - min(errors)
     return record
+
+
+def seeds_of(dataset: str, args) -> list[int]:
+    """The training seeds of ``dataset``'s pairs: ``--seeds``, or its first with
+    ``--single-seed``."""
+    return args.seeds[:1] if dataset in args.single_seed else args.seeds
 
 
 def mean(values) -> float:
@@ -494,6 +508,8 @@ def main(argv=None) -> None:
     records = [done[pair] for pair in pairs]
     info = {**machine(), "threads": args.threads, "seed": args.seed, "budget": budget(args)}
     info["seeds"] = args.seeds
+    if args.single_seed:
+        info["single_seed"] = args.single_seed
     info.update(quick=args.quick, jobs=args.jobs, wall_seconds=time.perf_counter() - start)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.update and (args.out / "accuracy.json").exists():
@@ -554,8 +570,10 @@ def finished_records(log: Path, pairs: list[tuple[str, str]], args) -> dict:
             continue
         record = entry["record"]
         pair = (record["dataset"], record["model"])
+        trained = len(record.get("seeds", [None]))  # with --single-seed: one on its datasets
         if pair in pairs and entry["key"] == record_key(args):
-            found[pair] = record
+            if trained == len(seeds_of(pair[0], args)):
+                found[pair] = record
     if found:
         progress(f"resuming: {len(found)} of {len(pairs)} pairs already measured in {log}")
     return found
@@ -780,7 +798,11 @@ def seeds_text(info: dict) -> str:
     seeds = info.get("seeds", [info["seed"]])
     if seeds == [info["seed"]]:
         return f"seed {info['seed']}"
-    return f"data seed {info['seed']}, training seeds {', '.join(map(str, seeds))}"
+    text = f"data seed {info['seed']}, training seeds {', '.join(map(str, seeds))}"
+    single = [d.capitalize() for d in info.get("single_seed", [])]
+    if single:
+        text += f" ({' and '.join(single)}: seed {seeds[0]} only)"
+    return text
 
 
 def write_tables(results: Path, path: Path) -> str:
