@@ -17,7 +17,8 @@ DarcyMesh models on the same test domains and fields meshed 2x and 4x finer.
     python -m benchmarks.accuracy.model_table --quick            # smoke test: tiny data, 1 epoch
     python -m benchmarks.accuracy.model_table --datasets darcy --models pit,ono --minutes 5
     python -m benchmarks.accuracy.model_table --calibrate --jobs 2  # each pair's time per epoch
-    python -m benchmarks.accuracy.model_table --equal-time 300 --seeds 0,1 --jobs 2
+    python -m benchmarks.accuracy.model_table --equal-time 150 --seeds 0,1 \
+        --single-seed darcy,burgers --jobs 2                    # the table of the README
 
 ``--equal-time SECONDS`` gives every pair the same training time as a number of epochs: the time
 over the pair's CPU time per epoch frozen by ``--calibrate`` in ``epoch_seconds.json`` (the CPU
