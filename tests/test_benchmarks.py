@@ -694,12 +694,12 @@ def test_vs_authors_trains_both_implementations_alike(model, variable, option, d
     runs = {(r["implementation"], r["seed"]): r for r in result["records"]}
     assert {seed for _, seed in runs} == {0, 1} and {"meshop", "authors"} <= {i for i, _ in runs}
     assert all(r["epochs"] == 1 and 0 < r["test_rel_l2"] < 10 for r in runs.values())
-    width, layers = (vs_authors.QUICK_SIZES[model][k] for k in ("width", "layers"))
+    width = vs_authors.QUICK_SIZES[model]["width"]
     ours, theirs = runs["meshop", 0]["parameters"], runs["authors", 0]["parameters"]
     if model == "transolver":
         assert theirs == ours + width  # the placeholder, in meshop's lift's bias
-    else:  # the one-layer lift of ONO2 (linear_encoder); meshop's Q, K, V have biases
-        assert ours == theirs + 3 * width * layers
+    else:  # ONO_AUTHORS: ONO2 parameter for parameter (its lift, bias-free Q, K, V)
+        assert ours == theirs
     text = (tmp_path / f"{name}.md").read_text()
     assert "meshop: mean " in text and "against the authors'" in text and "| authors |" in text
 

@@ -16,12 +16,14 @@ inputs, so that both implementations see the raw problem).
 
 meshop's ONO is built with the options of the authors' ``ONO2`` (batch whitening with a running
 moment, no value projection, the raw sum as inner product, linear attention without per-head
-layer norms or coordinates in the feature stream, a one-layer linear lift, a linear last stage,
-``ONO2``'s initialisation of every linear layer: ``ONO_AUTHORS`` of
-``benchmarks/lib/training_steps.py``); meshop's defaults are one more row with
-``--ono-defaults``. (The first run of this script found the lift and the initialisation missing
-from those options, set them in the benchmark as a row ``LIFTED``, and ONO gained
-``linear_encoder`` and ``authors_init`` from it.)
+layer norms, coordinates or Q, K, V biases and with the queries' factor d_head^-1/2 in the
+feature stream, a one-layer linear lift, a linear last stage, ``ONO2``'s initialisation of every
+linear layer: ``ONO_AUTHORS`` of ``benchmarks/lib/training_steps.py``); meshop's defaults are one
+more row with ``--ono-defaults``. (The first run of this script found the lift and the
+initialisation missing from those options, set them in the benchmark as a row ``LIFTED``, and ONO
+gained ``linear_encoder`` and ``authors_init`` from it; the first Burgers run found the
+parameterisation of the linear attention wanting: ONO gained ``feature_qkv_bias`` and
+``feature_query_scale``.)
 
     python -m benchmarks.accuracy.vs_authors --transolver-dir ~/src/Transolver --ono-dir ~/src/ONO
     python -m benchmarks.accuracy.vs_authors --quick --transolver-dir ~/src/Transolver
@@ -110,12 +112,15 @@ ROWS = {
     "ono": (
         "meshop: meshop's ONO with the options of the authors' ONO2 (batch whitening with a "
         "running moment, no value projection, the sum as inner product, linear attention "
-        "without per-head layer norms or coordinates, a one-layer linear lift, a linear last "
-        "stage, every linear layer truncated normal with std 0.02 and zero bias); what remains "
-        "are the biases of meshop's Q, K, V projections and the place of the factor "
-        "d_head^-1/2 (meshop leaves it to the output projection). In result files measured "
-        f"before ONO had linear_encoder and authors_init, the row '{LIFTED}' is that model (set "
-        "in the benchmark) and the row 'meshop' lacks the lift and the initialisation."
+        "without per-head layer norms, coordinates or Q, K, V biases and with the factor "
+        "d_head^-1/2 on the queries' softmax, a one-layer linear lift, a linear last stage, "
+        "every linear layer truncated normal with std 0.02 and zero bias): ONO2 parameter for "
+        "parameter; what remains is the precision of the whitening (meshop float64, the "
+        "authors float32). In result files measured before ONO had feature_qkv_bias and "
+        "feature_query_scale, meshop's Q, K, V projections have biases and the factor "
+        "d_head^-1/2 is left to the output projection; in those measured before ONO had "
+        f"linear_encoder and authors_init, the row '{LIFTED}' is that model (set in the "
+        "benchmark) and the row 'meshop' lacks the lift and the initialisation."
     ),
 }
 

@@ -99,12 +99,15 @@ def pit_case(n: int, latent: int, batch_size: int) -> dict:
 #: meshop's ONO options of the authors' orthogonal attention: batch whitening with a running
 #: moment, no value projection W_V, the raw sum as inner product
 ONO_AUTHORS_WHITENING = dict(orthonormalize="batch", value_projection=False, inner_product="sum")
-#: ... and of the authors' blocks: linear attention without per-head layer norms or coordinates,
-#: the last stage's FFN a single linear layer: the authors' ``ONO2``
+#: ... and of the authors' blocks: linear attention without per-head layer norms, coordinates or
+#: Q, K, V biases, the queries' softmax scaled by d_head^-1/2, the last stage's FFN a single linear
+#: layer: the authors' ``ONO2``
 ONO_AUTHORS = dict(
     ONO_AUTHORS_WHITENING,
     feature_layer_norm=False,
     feature_coordinates=False,
+    feature_qkv_bias=False,
+    feature_query_scale=True,
     linear_decoder=True,
     linear_encoder=True,
     authors_init=True,

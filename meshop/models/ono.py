@@ -88,17 +88,23 @@ class ONO(nn.Module):
             authors' ``ONO2``) instead of a two-layer FFN.
         linear_encoder (bool): the encoder as a single linear layer (the authors' ``ONO2``:
             ``preprocess = Linear(in, 2 width)``) instead of a two-layer GELU MLP.
+        feature_qkv_bias (bool): biases of the Q, K, V projections of the feature-stream
+            attention; ``False``: none, as in the authors' ``linear-attention-transformer``.
+        feature_query_scale (bool): linear feature attention only: the factor
+            :math:`d_{head}^{-1/2}` on the queries after their softmax, as in the authors' code
+            (``False`` leaves it to the output projection: the same functions, but a different
+            parameterisation, which under AdamW and the std-0.02 initialisation trains
+            differently; see :class:`~meshop.nn.LinearAttention`).
         authors_init (bool): every linear layer truncated normal (std 0.02) with zero bias, the
             feature attention's included (the authors' ``initialize_weights``); ``False`` keeps
             the feature attention's own initialisation (:class:`~meshop.nn.HeadAttention`).
 
     With ``feature_attention="linear"``, ``orthonormalize="batch"``, ``value_projection=False``,
     ``inner_product="sum"``, ``feature_layer_norm=False``, ``feature_coordinates=False``,
-    ``linear_decoder=True``, ``linear_encoder=True`` and ``authors_init=True`` the model is the
-    authors' ``ONO2`` (orth=True) up to the
-    parameterisation of its linear attention: the factor :math:`d_{head}^{-1/2}` on the queries
-    is left to the output projection, and the Q, K, V projections carry biases (the one of K has
-    no effect: the softmax over the nodes cancels it).
+    ``linear_decoder=True``, ``linear_encoder=True``, ``feature_qkv_bias=False``,
+    ``feature_query_scale=True`` and ``authors_init=True`` the model is the authors' ``ONO2``
+    (orth=True), parameter for parameter (the same outputs for the same weights, up to the
+    precision of the whitening, which meshop computes in float64).
 
     Shapes:
         - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``);
@@ -127,6 +133,8 @@ class ONO(nn.Module):
         linear_decoder: bool = False,
         linear_encoder: bool = False,
         authors_init: bool = False,
+        feature_qkv_bias: bool = True,
+        feature_query_scale: bool = False,
     ):
         super().__init__()
         if feature_attention not in FEATURE_ATTENTIONS:
@@ -159,6 +167,8 @@ class ONO(nn.Module):
             linear_decoder=linear_decoder,
             linear_encoder=linear_encoder,
             authors_init=authors_init,
+            feature_qkv_bias=feature_qkv_bias,
+            feature_query_scale=feature_query_scale,
         )
         self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
         self.encoder = MLP([in_channels, *([] if linear_encoder else [2 * width]), 2 * width])
@@ -172,6 +182,8 @@ class ONO(nn.Module):
                 mlp_ratio,
                 dropout,
                 feature_layer_norm,
+                feature_qkv_bias,
+                feature_query_scale,
             )
             for _ in range(layers)
         )

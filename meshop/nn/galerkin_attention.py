@@ -69,7 +69,9 @@ class GalerkinAttention(HeadAttention):
         mixed = kv @ w_out  # [B, heads, e, d]: M_h
         mixed_q = mixed[:, :, :hc].reshape(b, heads * hc, -1)
         a = self.lin_q.weight.T @ mixed_q  # [B, d_in, d]
-        c = self.lin_q.bias @ mixed_q + self.lin_out.bias  # [B, d]
+        c = self.lin_out.bias.expand(b, -1)  # [B, d]
+        if self.lin_q.bias is not None:
+            c = self.lin_q.bias @ mixed_q + c
         out = torch.baddbmm(c[:, None, :], x.view(b, m, -1), a)
         if pd:
             out = torch.baddbmm(out, pos.view(b, m, pd).to(out.dtype), mixed[:, :, hc:].sum(1))

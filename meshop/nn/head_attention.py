@@ -86,6 +86,9 @@ class HeadAttention(nn.Module):
         dropout (float): dropout on the attention weights, applied in training only.
         eta (float): gain :math:`\eta` of the Xavier part of the initialization.
         delta (float): diagonal :math:`\delta` added to the projection matrices.
+        qkv_bias (bool): biases of the :math:`Q, K, V` projections; ``False``: bias-free
+            projections, as in lucidrains' ``linear-attention-transformer`` (the output
+            projection keeps its bias).
 
     Shapes:
         - input: the common signature of :mod:`meshop.nn.interface`, self-attention only:
@@ -106,6 +109,7 @@ class HeadAttention(nn.Module):
         dropout: float = 0.0,
         eta: float = 1e-2,
         delta: float = 1e-2,
+        qkv_bias: bool = True,
     ):
         super().__init__()
         if heads < 1 or channels % heads:
@@ -115,9 +119,10 @@ class HeadAttention(nn.Module):
         self.channels, self.pos_dim, self.heads = channels, pos_dim, heads
         self.head_channels = channels // heads
         self.layer_norm, self.dropout, self.eta, self.delta = layer_norm, dropout, eta, delta
-        self.lin_q = nn.Linear(channels, channels)
-        self.lin_k = nn.Linear(channels, channels)
-        self.lin_v = nn.Linear(channels, channels)
+        self.qkv_bias = qkv_bias
+        self.lin_q = nn.Linear(channels, channels, bias=qkv_bias)
+        self.lin_k = nn.Linear(channels, channels, bias=qkv_bias)
+        self.lin_v = nn.Linear(channels, channels, bias=qkv_bias)
         self.norms = nn.ModuleDict(
             {key: HeadLayerNorm(heads, self.head_channels) for key in self.normalized}
             if layer_norm
@@ -133,7 +138,8 @@ class HeadAttention(nn.Module):
                 lin.weight += self.delta * torch.eye(
                     self.channels, dtype=lin.weight.dtype, device=lin.weight.device
                 )
-            nn.init.zeros_(lin.bias)
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
         for norm in self.norms.values():
             norm.reset_parameters()
         self.lin_out.reset_parameters()
@@ -304,7 +310,9 @@ class HeadAttention(nn.Module):
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}({self.channels}, pos_dim={self.pos_dim}, "
-            f"heads={self.heads}, layer_norm={self.layer_norm}, dropout={self.dropout})"
+            f"heads={self.heads}, layer_norm={self.layer_norm}, dropout={self.dropout}"
+            + ("" if self.qkv_bias else ", qkv_bias=False")
+            + ")"
         )
 
 

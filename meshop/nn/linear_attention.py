@@ -25,8 +25,14 @@ class LinearAttention(HeadAttention):
     coordinates (:math:`e = d_k + m`). Like :class:`~meshop.nn.GalerkinAttention` the
     :math:`e \times e` product is formed first: cost :math:`O(n e^2)`. The new layer-norm placement
     normalises :math:`K` and :math:`V` ("LT Ln"); ``layer_norm=False`` gives the efficient attention
-    of Shen et al. Dropout on the :math:`e \times e` matrix only in training. Arguments:
-    :class:`~meshop.nn.HeadAttention`.
+    of Shen et al. Dropout on the :math:`e \times e` matrix only in training.
+
+    Args:
+        query_scale (bool): multiply the softmax of the queries by :math:`e^{-1/2}`, as
+            lucidrains' ``linear-attention-transformer`` does (the same functions as without it,
+            the factor taken up by :math:`W^O`, but a different parameterisation: under Adam and
+            a small initialisation of :math:`W^O` it trains differently); default ``False``.
+        the others: :class:`~meshop.nn.HeadAttention`.
 
     Shapes:
         - input: ``x`` [N, d], ``pos`` [N, m], ``batch`` [N], ``weight`` [N]
@@ -35,8 +41,12 @@ class LinearAttention(HeadAttention):
 
     normalized = ("k", "v")
 
+    def __init__(self, *args, query_scale: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.query_scale = query_scale
+
     def attend(self, q, k, v, weight, mask):
-        q = q.softmax(dim=-1)
+        q = self._query(q)
         if weight.shape[-1] != 1:  # equal weights shift every logit alike: nothing to add
             k = k + log_weight_mask(weight, mask, k.dtype)[:, None, :, None]
         k = k.softmax(dim=-2)
@@ -52,7 +62,7 @@ class LinearAttention(HeadAttention):
         if weight.shape[-1] != 1:
             k = k + weight.clamp_min(torch.finfo(k.dtype).tiny).log()[:, None, :, None]
         kv = F.dropout(k.softmax(dim=-2).transpose(-2, -1) @ v, self.dropout, self.training)
-        return self._merge_folded(q.softmax(dim=-1), kv)
+        return self._merge_folded(self._query(q), kv)
 
     def integrate(self, x, pos, batch, weight, num_samples):
         r"""One chunk of nodes' share of the node softmax (see :meth:`HeadAttention.integrate
@@ -105,7 +115,12 @@ class LinearAttention(HeadAttention):
         return F.dropout(kv, self.dropout, self.training)
 
     def _query(self, q):
-        return q.softmax(dim=-1)
+        q = q.softmax(dim=-1)
+        return q * q.shape[-1] ** -0.5 if self.query_scale else q
+
+    def __repr__(self) -> str:
+        text = super().__repr__()
+        return text[:-1] + ", query_scale=True)" if self.query_scale else text
 
 
 __all__ = ["LinearAttention"]

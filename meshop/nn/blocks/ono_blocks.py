@@ -6,6 +6,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from meshop.data.batching import part
+from meshop.errors import ConfigError
 from meshop.nn.chunked import map_over_chunks, sum_over_chunks
 from meshop.nn.fourier_attention import FourierAttention
 from meshop.nn.galerkin_attention import GalerkinAttention
@@ -42,6 +43,11 @@ class FeatureBlock(nn.Module):
         dropout (float): attention dropout (training only).
         layer_norm (bool): the attention's per-head layer norms (the Galerkin Transformer's new
             placement); ``False``: the raw projections, as in the authors' linear attention.
+        qkv_bias (bool): biases of the attention's Q, K, V projections (``False``: none, as in
+            the authors' linear attention).
+        query_scale (bool): linear attention only: the queries' softmax times
+            :math:`e^{-1/2}`, as in the authors' linear attention (see
+            :class:`~meshop.nn.LinearAttention`).
 
     Shapes:
         - input: ``g`` [N, d'], ``pos`` [N, pos_dim], ``batch`` [N], ``weight`` [N]
@@ -57,11 +63,24 @@ class FeatureBlock(nn.Module):
         mlp_ratio=1,
         dropout=0.0,
         layer_norm=True,
+        qkv_bias=True,
+        query_scale=False,
     ):
         super().__init__()
+        if query_scale and attention != "linear":
+            raise ConfigError(
+                f"query_scale is an option of the linear attention, not of {attention!r}"
+            )
         self.norm_attn = nn.LayerNorm(width)
+        extra = {"query_scale": True} if query_scale else {}
         self.attn = FEATURE_ATTENTIONS[attention](
-            width, pos_dim, heads=heads, layer_norm=layer_norm, dropout=dropout
+            width,
+            pos_dim,
+            heads=heads,
+            layer_norm=layer_norm,
+            dropout=dropout,
+            qkv_bias=qkv_bias,
+            **extra,
         )
         self.norm_ffn = nn.LayerNorm(width)
         self.ffn = MLP([width, mlp_ratio * width, width])
