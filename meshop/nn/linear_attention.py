@@ -32,7 +32,7 @@ class LinearAttention(HeadAttention):
             lucidrains' ``linear-attention-transformer`` does (the same functions as without it,
             the factor taken up by :math:`W^O`, but a different parameterisation: under Adam and
             a small initialisation of :math:`W^O` it trains differently); default ``False``.
-        the others: :class:`~meshop.nn.HeadAttention`.
+            The other arguments are those of :class:`~meshop.nn.HeadAttention`.
 
     Shapes:
         - input: ``x`` [N, d], ``pos`` [N, m], ``batch`` [N], ``weight`` [N]
