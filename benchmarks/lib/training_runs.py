@@ -64,32 +64,10 @@ def run_config(
 
 
 def run_trainer(run, out_dir, test: bool = True):
-    """The :class:`~meshop.train.Trainer` that ``meshop train`` makes for ``run`` (the pair's
-    preset under the run's settings, its splits read from ``run.data_dir``; the test split only
-    when ``test``), and the seconds it took to load the splits and to prepare the data
-    (``{"load_s": ..., "prepare_s": ...}``)."""
-    import time
+    """The :class:`~meshop.train.Trainer` that ``meshop train`` makes for ``run``
+    (:func:`meshop.train.run.build_trainer`; the test split only when ``test``), and the seconds
+    it took to load the splits and to prepare the data (``{"load_s": ..., "prepare_s": ...}``)."""
+    from meshop.train.run import build_trainer
 
-    from meshop.models.registry import build_model
-    from meshop.train import Trainer, prepare_data
-    from meshop.train.presets import preset
-    from meshop.train.run import load_splits
-    from meshop.train.trainer import seed_everything
-
-    defaults = preset(run.dataset, run.model)
-    config = run.train_config(defaults["train"])
-    start = time.perf_counter()
-    splits = load_splits(run.dataset, run.data_dir, {**defaults["dataset"], **run.dataset_args})
-    loaded = time.perf_counter()
-    data = prepare_data(splits["train"], splits["test"] if test else None, config)
-    prepared = time.perf_counter()
-    seed_everything(config.seed)
-    net = build_model(
-        run.model,
-        in_channels=data.info["in_channels"],
-        out_channels=data.info["out_channels"],
-        pos_dim=data.info["pos_dim"],
-        **{**defaults["model"], **run.model_args},
-    )
-    trainer = Trainer(net, data, config=config, out_dir=out_dir)
-    return trainer, {"load_s": loaded - start, "prepare_s": prepared - loaded}
+    trainer, details = build_trainer(run, out_dir, test=test, log=lambda *_: None)
+    return trainer, {key: details[key] for key in ("load_s", "prepare_s")}

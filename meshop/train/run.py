@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +47,15 @@ def folder_summary(run: RunConfig) -> DataSummary | None:
     return summarize_data(build_dataset(run.dataset, "train", run.data_dir, **args))
 
 
-def train_run(
-    run: RunConfig, resume: bool = False, figures: bool = True, log=print
-) -> dict[str, Any]:
-    """Train ``run.model`` on ``run.dataset`` (with the pair's preset under the explicit settings),
-    write ``run.out`` (checkpoint, metrics, figures) and return the final metrics."""
+def build_trainer(
+    run: RunConfig, out: str | os.PathLike, test: bool = True, log=print
+) -> tuple[Trainer, dict[str, Any]]:
+    """The :class:`Trainer` that ``meshop train`` makes for ``run``: the pair's preset under the
+    run's settings (scaled to the meshes of a folder), its splits read (or generated), the data
+    prepared (the test split only when ``test``), the model built from the seeded state. Returns
+    it with ``{"model_args", "load_s", "prepare_s"}``: the model's arguments (which
+    :func:`train_run` records) and the seconds of reading the splits and of preparing the
+    data."""
     if not run.dataset or not run.model:
         raise ConfigError(
             "give a dataset and a model (--dataset NAME --model NAME, or [run] in --config)"
@@ -59,9 +64,10 @@ def train_run(
     model_entry(run.model)
     defaults = preset(run.dataset, run.model)
     dataset_args = {**defaults["dataset"], **run.dataset_args}
-    out = Path(run.out or f"runs/{run.dataset}-{run.model}")
     ctx = setup(run.train_config(defaults["train"]).device)
+    start = time.perf_counter()
     splits = load_splits(run.dataset, run.data_dir, dataset_args)
+    loaded = time.perf_counter()
     train_set, test_set = splits["train"], splits["test"]
     if len(train_set) == 0:
         raise ConfigError(
@@ -73,7 +79,7 @@ def train_run(
     model_args = {**defaults["model"], **run.model_args}
     data = prepare_data(
         train_set,
-        test_set if len(test_set) else None,
+        test_set if test and len(test_set) else None,
         config,
         meta={
             "dataset": run.dataset,
@@ -81,6 +87,7 @@ def train_run(
             "data_dir": str(run.data_dir) if run.data_dir else None,
         },
     )
+    prepared = time.perf_counter()
     seed_everything(config.seed)
     model = build_model(
         run.model,
@@ -96,6 +103,21 @@ def train_run(
             f"{len(train_set)} train / {len(test_set)} test samples -> {out}"
         )
     trainer = Trainer(model, data, config=config, out_dir=out)
+    return trainer, {
+        "model_args": model_args,
+        "load_s": loaded - start,
+        "prepare_s": prepared - loaded,
+    }
+
+
+def train_run(
+    run: RunConfig, resume: bool = False, figures: bool = True, log=print
+) -> dict[str, Any]:
+    """Train ``run.model`` on ``run.dataset`` (with the pair's preset under the explicit settings),
+    write ``run.out`` (checkpoint, metrics, figures) and return the final metrics."""
+    out = Path(run.out or f"runs/{run.dataset}-{run.model}")
+    trainer, details = build_trainer(run, out, log=log)
+    ctx, config, model_args = trainer.ctx, trainer.config, details["model_args"]
     metrics = trainer.fit(resume=resume)
     if ctx.is_main:
         (out / "run.json").write_text(
