@@ -68,6 +68,13 @@ DATASET_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 #: the generated datasets on irregular meshes
 MESH_DATASETS = ("elasticity", "airfoil", "darcy-mesh")
 
+#: the Transolver's CPU size: the paper's 8 layers of width 128 with 8 heads and 64 slices, halved
+TRANSOLVER_CPU = {"width": 64, "layers": 4, "heads": 4, "slices": 32}
+#: ONO's CPU size (the paper's width 128 with 8 layers, halved)
+ONO_CPU = {"width": 64, "layers": 4, "heads": 4, "k": 16}
+#: the Galerkin and Fourier Transformers' CPU size on meshes (see PAIR_PRESETS)
+GALERKIN_MESH_CPU = {"channels": 64, "layers": 4, "path": "mesh"}
+
 #: model settings for a dataset (PiT: latent mesh and receptive fields of the paper's Table 9)
 PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # k nearest neighbours ~ the paper's 2 % quantiles (20 of ~1000 input nodes), a third faster
@@ -118,9 +125,8 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "model": {"width": 64, "encoder_quantile": 0.02, "decoder_quantile": 0.05},
     },
     ("folder", "pit"): {"train": {"latent_points": 256}},
-    # Transolver: the paper's 8 layers of width 128 with 8 heads and 64 slices, halved for a CPU
     **{
-        (dataset, "transolver"): {"model": {"width": 64, "layers": 4, "heads": 4, "slices": 32}}
+        (dataset, "transolver"): {"model": dict(TRANSOLVER_CPU)}
         for dataset in ("elasticity", "airfoil", "darcy", "darcy-mesh", "burgers")
     },
     # Transolver on Airfoil: batch 2 and lr 3e-3 (4x the steps per epoch; 8 epochs: 0.424 with
@@ -128,27 +134,24 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # benchmarks/results/tuning.md)
     ("airfoil", "transolver"): {
         "train": {"batch_size": 2, "lr": 3e-3},
-        "model": {"width": 64, "layers": 4, "heads": 4, "slices": 32},
+        "model": dict(TRANSOLVER_CPU),
     },
     # on meshes, the Galerkin and Fourier Transformers' 2D networks (Table 5: width 128, 6
     # layers, 2.2M parameters with the unused grid path) and ONO's (width 128, 8 layers) get one
     # or two epochs in a CPU table's minutes; halved they train 10 times as many (Elasticity,
     # 20 epochs: Galerkin 0.244 with 153k parameters, ONO 0.271; benchmarks/results/tuning.md)
     **{
-        (dataset, model): {"model": {"channels": 64, "layers": 4, "path": "mesh"}}
+        (dataset, model): {"model": dict(GALERKIN_MESH_CPU)}
         for dataset in MESH_DATASETS
         for model in ("galerkin", "fourier")
     },
-    **{
-        (dataset, "ono"): {"model": {"width": 64, "layers": 4, "heads": 4, "k": 16}}
-        for dataset in MESH_DATASETS
-    },
+    **{(dataset, "ono"): {"model": dict(ONO_CPU)} for dataset in MESH_DATASETS},
     # ONO on Burgers: the mesh datasets' size, u0's derivative and the coordinate's Fourier modes
     # (10 epochs: 0.638 with u0 and x, 0.468 with u0_x, 0.414 with 8 modes, 0.359 with both;
     # benchmarks/results/burgers_inputs.md): its kernels come from the node features, and raw x
     # gives them no periodic basis in which to be convolutions
     ("burgers", "ono"): {
-        "model": {"width": 64, "layers": 4, "heads": 4, "k": 16},
+        "model": dict(ONO_CPU),
         "dataset": {"gradient": True, "coordinate_modes": 8},
     },
 }
@@ -202,10 +205,10 @@ def summarize_data(samples) -> DataSummary:
 
 #: the models' CPU sizes on the generated mesh datasets (PAIR_PRESETS), for a folder of meshes
 FOLDER_MODEL_SIZES: dict[str, dict[str, Any]] = {
-    "galerkin": {"channels": 64, "layers": 4, "path": "mesh"},
-    "fourier": {"channels": 64, "layers": 4, "path": "mesh"},
-    "ono": {"width": 64, "layers": 4, "heads": 4, "k": 16},
-    "transolver": {"width": 64, "layers": 4, "heads": 4, "slices": 32},
+    "galerkin": dict(GALERKIN_MESH_CPU),
+    "fourier": dict(GALERKIN_MESH_CPU),
+    "ono": dict(ONO_CPU),
+    "transolver": dict(TRANSOLVER_CPU),
     "pit": {"width": 64},
 }
 #: PiT's latent mesh: a quarter of the nodes (Elasticity: 256 of 972), between these bounds
