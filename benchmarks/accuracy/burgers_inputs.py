@@ -37,7 +37,7 @@ from pathlib import Path
 
 from torch.utils.data import Dataset
 
-from benchmarks.lib.common import RESULTS, markdown_table
+from benchmarks.lib.common import RESULTS, append_line, markdown_table
 
 LOG = RESULTS / "burgers_inputs.jsonl"
 SPLIT = dict(num_train=200, num_test=50, resolution=256, seed=0, progress=False)
@@ -356,9 +356,7 @@ def main(argv=None) -> None:
         record = trial(args)
     else:
         raise SystemExit("give a model, --floor or --table")
-    args.log.parent.mkdir(parents=True, exist_ok=True)
-    with args.log.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_line(args.log, record)
     print(json.dumps(record), flush=True)
 
 

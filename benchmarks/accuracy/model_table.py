@@ -45,6 +45,7 @@ from benchmarks.lib.common import (
     RESULTS,
     SECTION_END,
     SECTION_START,
+    append_line,
     fmt_time,
     machine,
     markdown_table,
@@ -552,9 +553,7 @@ def record_key(args) -> dict:
 def save_record(log: Path, record: dict, args) -> dict:
     """Append a finished pair's record to ``log`` (one JSON line), so that an interrupted table
     loses only the pairs still running."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as f:
-        f.write(json.dumps({"key": record_key(args), "record": record}, default=str) + "\n")
+    append_line(log, {"key": record_key(args), "record": record})
     return record
 
 

@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from benchmarks.lib.common import RESULTS, machine, markdown_table
+from benchmarks.lib.common import RESULTS, append_line, machine, markdown_table
 from benchmarks.lib.training_runs import NAMES, run_config
 
 LOG = RESULTS / "tuning.jsonl"
@@ -144,9 +144,7 @@ def main(argv=None) -> None:
     if not args.dataset or not args.model:
         raise SystemExit("give a dataset and a model, or --table")
     record = trial(args)
-    args.log.parent.mkdir(parents=True, exist_ok=True)
-    with args.log.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_line(args.log, record)
     print(json.dumps(record), flush=True)
 
 

@@ -506,6 +506,13 @@ def _script(path: str) -> str:
     return f"-m {'.'.join(module.parts)}"
 
 
+def append_line(log: Path, entry: dict) -> None:
+    """Append ``entry`` to the JSON-lines file ``log`` (its folder made if needed)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as f:
+        f.write(json.dumps(entry, default=str) + "\n")
+
+
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
