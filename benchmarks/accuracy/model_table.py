@@ -680,11 +680,7 @@ def findings(records: list[dict]) -> str:
     if parts:
         text.append(
             "On the mesh datasets, where the geometry reaches the models only through the mesh, "
-            "the best operator's error is below the MLP baseline's by "
-            + ", ".join(parts[:-1])
-            + (" and " if len(parts) > 1 else "")
-            + parts[-1]
-            + "."
+            f"the best operator's error is below the MLP baseline's by {_listed(parts)}."
         )
     refined = {r["model"]: list(r["refinement"].values()) for r in records if "refinement" in r}
     operators = [m for m in refined if m != "mlp" and ("darcy-mesh", m) in error]
