@@ -733,3 +733,19 @@ def test_grid_zero_shot_of_several_runs_is_the_mean_of_each_run(tmp_path):
         assert one != other  # two initialisations: the mean is not either run's
     text = (tmp_path / "both" / "grid_zero_shot.md").read_text()
     assert "mean of darcy-galerkin-seed0 and darcy-galerkin-seed1" in text
+
+
+def test_run_trainer_is_meshop_trains_trainer_with_or_without_the_test_split(tmp_path):
+    """The benchmarks' run_trainer is build_trainer, the Trainer that ``meshop train`` fits: the
+    pair's preset under the run's settings, the test split only when asked for."""
+    import argparse
+
+    from benchmarks.lib.training_runs import run_config, run_trainer
+
+    args = argparse.Namespace(quick=True, seed=0, data_dir=str(tmp_path / "data"))
+    run = run_config("darcy", "mlp", 1, tmp_path / "run", args)
+    with_test, times = run_trainer(run, tmp_path / "run")
+    without, _ = run_trainer(run, tmp_path / "run", test=False)
+    assert len(with_test.test_set) == 2 and without.test_set is None
+    assert set(times) == {"load_s", "prepare_s"} and all(t >= 0 for t in times.values())
+    assert with_test.config.lr == 1e-3 and with_test.config.schedule == "cosine"  # MLP preset
