@@ -24,7 +24,8 @@ module in a clean copy of the working tree (``.mutmut/NAME-verify/``), the targe
 on it (every process they start imports that copy), and the module is restored:
 
     python scripts/mutate.py distributed --verify   # after a run of the target
-    python scripts/mutate.py trainer --verify --tests tests/test_trainer.py --only "compile|step"
+    python scripts/mutate.py trainer --verify --only "compile|step" \\
+        --tests tests/train/test_trainer.py
 """
 
 from __future__ import annotations
@@ -49,133 +50,170 @@ WORK = ROOT / ".mutmut"
 
 #: name -> (module to mutate, the test files that exercise it)
 TARGETS: dict[str, tuple[str, list[str]]] = {
-    "losses": ("meshop/train/losses.py", ["tests/test_metrics.py", "tests/test_train.py"]),
+    "losses": (
+        "meshop/train/losses.py",
+        ["tests/train/test_metrics.py", "tests/train/test_train.py"],
+    ),
     "metrics": (
         "meshop/train/metrics.py",
-        ["tests/test_metrics.py", "tests/test_train.py", "tests/test_eval_mode.py"],
+        [
+            "tests/train/test_metrics.py",
+            "tests/train/test_train.py",
+            "tests/train/test_eval_mode.py",
+        ],
     ),
     "trainer": (
         "meshop/train/trainer.py",
         [
-            "tests/test_train.py",
-            "tests/test_resume.py",
-            "tests/test_metrics.py",
-            "tests/test_trainer.py",
-            "tests/test_logs_and_errors.py",
+            "tests/train/test_train.py",
+            "tests/train/test_resume.py",
+            "tests/train/test_metrics.py",
+            "tests/train/test_trainer.py",
+            "tests/train/test_logs_and_errors.py",
         ],
     ),
     "checkpoint": (
         "meshop/train/checkpoint.py",
-        ["tests/test_train.py", "tests/test_resume.py", "tests/test_checkpoint.py"],
+        [
+            "tests/train/test_train.py",
+            "tests/train/test_resume.py",
+            "tests/train/test_checkpoint.py",
+        ],
     ),
-    "optim": ("meshop/train/optim.py", ["tests/test_train.py", "tests/test_presets.py"]),
+    "optim": (
+        "meshop/train/optim.py",
+        ["tests/train/test_train.py", "tests/train/test_presets.py"],
+    ),
     "normalized": (
         "meshop/train/normalized.py",
-        ["tests/test_train.py", "tests/test_predict_values.py", "tests/test_normalized.py"],
+        [
+            "tests/train/test_train.py",
+            "tests/train/test_predict_values.py",
+            "tests/train/test_normalized.py",
+        ],
     ),
     "inference": (
         "meshop/train/inference.py",
         [
-            "tests/test_predict_values.py",
-            "tests/test_cli.py",
-            "tests/test_vector_fields.py",
-            "tests/test_groups_integrals.py",
-            "tests/test_logs_and_errors.py",
-            "tests/test_inference_files.py",
-            "tests/test_prediction_csv.py",
+            "tests/train/test_predict_values.py",
+            "tests/cli/test_cli.py",
+            "tests/data/test_vector_fields.py",
+            "tests/data/test_groups_integrals.py",
+            "tests/train/test_logs_and_errors.py",
+            "tests/train/test_inference_files.py",
+            "tests/train/test_prediction_csv.py",
         ],
     ),
-    "pit": ("meshop/models/pit.py", ["tests/test_pit.py", "tests/test_pit_reference.py"]),
+    "pit": (
+        "meshop/models/pit.py",
+        ["tests/models/test_pit.py", "tests/models/test_pit_reference.py"],
+    ),
     "mlp_baseline": (
         "meshop/models/mlp_baseline.py",
-        ["tests/test_train.py", "tests/test_mlp_baseline.py"],
+        ["tests/train/test_train.py", "tests/models/test_mlp_baseline.py"],
     ),
     "grid": (
         "meshop/nn/grid.py",
-        ["tests/test_grid_layers.py", "tests/test_grid_decoder.py", "tests/test_grid_options.py"],
+        [
+            "tests/nn/test_grid_layers.py",
+            "tests/nn/test_grid_decoder.py",
+            "tests/nn/test_grid_options.py",
+        ],
     ),
     "galerkin_transformer": (
         "meshop/models/galerkin_transformer.py",
-        ["tests/test_galerkin_transformer.py", "tests/test_galerkin_presets.py"],
+        ["tests/models/test_galerkin_transformer.py", "tests/models/test_galerkin_presets.py"],
     ),
     "registry": (
         "meshop/models/registry.py",
-        ["tests/test_train_registry.py", "tests/test_registry_errors.py"],
+        ["tests/train/test_train_registry.py", "tests/models/test_registry_errors.py"],
     ),
     # the ONO2 options (the authors' model) are tested against the reference in test_speed_paths
-    "ono": ("meshop/models/ono.py", ["tests/test_ono.py", "tests/test_speed_paths.py"]),
+    "ono": ("meshop/models/ono.py", ["tests/models/test_ono.py", "tests/nn/test_speed_paths.py"]),
     "config": (
         "meshop/train/config.py",
         [
-            "tests/test_train.py",
-            "tests/test_train_registry.py",
-            "tests/test_logs_and_errors.py",
-            "tests/test_config.py",
+            "tests/train/test_train.py",
+            "tests/train/test_train_registry.py",
+            "tests/train/test_logs_and_errors.py",
+            "tests/train/test_config.py",
         ],
     ),
     "presets": (
         "meshop/train/presets.py",
-        ["tests/test_presets.py", "tests/test_train_registry.py"],
+        ["tests/train/test_presets.py", "tests/train/test_train_registry.py"],
     ),
     "data": (
         "meshop/train/data.py",
         [
-            "tests/test_train_data.py",
-            "tests/test_train.py",
-            "tests/test_folder_training.py",
-            "tests/test_predict_values.py",
+            "tests/train/test_train_data.py",
+            "tests/train/test_train.py",
+            "tests/train/test_folder_training.py",
+            "tests/train/test_predict_values.py",
         ],
     ),
     "distributed": (
         "meshop/train/distributed.py",
-        ["tests/test_distributed.py", "tests/test_train.py", "tests/test_resume.py"],
+        [
+            "tests/train/test_distributed.py",
+            "tests/train/test_train.py",
+            "tests/train/test_resume.py",
+        ],
     ),
     "run": (
         "meshop/train/run.py",
-        ["tests/test_run.py", "tests/test_cli.py", "tests/test_train_registry.py"],
+        ["tests/train/test_run.py", "tests/cli/test_cli.py", "tests/train/test_train_registry.py"],
     ),
-    "plots": ("meshop/train/plots.py", ["tests/test_plots.py", "tests/test_cli.py"]),
+    "plots": ("meshop/train/plots.py", ["tests/train/test_plots.py", "tests/cli/test_cli.py"]),
     "demo": (
         "meshop/train/demo.py",
-        ["tests/test_demo.py", "tests/test_runs_reproduce.py", "tests/test_elasticity.py"],
+        [
+            "tests/train/test_demo.py",
+            "tests/train/test_runs_reproduce.py",
+            "tests/datasets/test_elasticity.py",
+        ],
     ),
-    "transolver": ("meshop/models/transolver.py", ["tests/test_transolver.py"]),
+    "transolver": ("meshop/models/transolver.py", ["tests/models/test_transolver.py"]),
     "mesh_io": (
         "meshop/data/mesh_io.py",
         [
-            "tests/test_mesh_io.py",
-            "tests/test_groups_integrals.py",
-            "tests/test_gmsh_groups.py",
-            "tests/test_mesh_cells.py",
-            "tests/test_vector_fields.py",
-            "tests/test_mesh_io_options.py",
+            "tests/data/test_mesh_io.py",
+            "tests/data/test_groups_integrals.py",
+            "tests/data/test_gmsh_groups.py",
+            "tests/data/test_mesh_cells.py",
+            "tests/data/test_vector_fields.py",
+            "tests/data/test_mesh_io_options.py",
         ],
     ),
     "normalizers": (
         "meshop/data/normalizers.py",
-        ["tests/test_normalized.py", "tests/test_normalizer_offsets.py", "tests/test_train.py"],
+        [
+            "tests/train/test_normalized.py",
+            "tests/data/test_normalizer_offsets.py",
+            "tests/train/test_train.py",
+        ],
     ),
     "weights": (
         "meshop/data/weights.py",
         [
-            "tests/test_weights.py",
-            "tests/test_mesh_cells.py",
-            "tests/test_point_weights.py",
-            "tests/test_distorted_cells.py",
-            "tests/test_gmsh_groups.py",
-            "tests/test_degenerate_cells.py",
-            "tests/test_point_cloud_weights.py",
+            "tests/data/test_weights.py",
+            "tests/data/test_mesh_cells.py",
+            "tests/data/test_point_weights.py",
+            "tests/data/test_distorted_cells.py",
+            "tests/data/test_gmsh_groups.py",
+            "tests/data/test_degenerate_cells.py",
+            "tests/data/test_point_cloud_weights.py",
         ],
     ),
     "physics_attention": (
         "meshop/nn/physics_attention.py",
         [
-            "tests/test_physics_attention.py",
-            "tests/test_attention_interface.py",
-            "tests/test_weight_scale.py",
-            "tests/test_transolver.py",
-            "tests/test_physics_attention_paths.py",
-            "tests/test_physics_attention_batches.py",
+            "tests/nn/test_physics_attention.py",
+            "tests/nn/test_attention_interface.py",
+            "tests/nn/test_weight_scale.py",
+            "tests/models/test_transolver.py",
+            "tests/nn/test_physics_attention_paths.py",
+            "tests/nn/test_physics_attention_batches.py",
         ],
     ),
 }

@@ -4,7 +4,7 @@ table that docs/training.md shows.
     python scripts/presets_table.py          # print the table
     python scripts/presets_table.py --write  # replace the table in docs/training.md
 
-tests/test_presets.py checks that the page holds exactly this table.
+tests/train/test_presets.py checks that the page holds exactly this table.
 """
 
 from __future__ import annotations

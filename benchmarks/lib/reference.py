@@ -35,8 +35,8 @@ operators, re-expressed here in a few lines each so that the speed comparison
   divided by each head's temperature, softmax over the slices; the slice norm by a sum over the
   nodes; tokens ``einsum("bhnc,bhng->bhgc")`` divided by the norm plus ``1e-5``; Q, K, V of the
   tokens, ``softmax(Q K^T / sqrt(D)) V``; deslice ``einsum("bhgc,bhng->bhnc")``, heads merged into
-  ``[B, N, H D]`` and an output linear. ``tests/test_transolver_reference.py`` checks it equal to
-  the authors' model when a clone of their repository is given.
+  ``[B, N, H D]`` and an output linear. ``tests/models/test_transolver_reference.py`` checks it
+  equal to the authors' model when a clone of their repository is given.
 - :func:`dense_pit`: meshop's PiT (its modules and weights) evaluated as the PiT authors' code
   evaluates theirs, on ``[B, N, C]`` tensors: full distance matrices, ``torch.quantile`` masks,
   softmax and einsum (``speed/whole_models.py`` checks that it agrees with meshop's PiT).
@@ -367,8 +367,8 @@ class TransolverReferenceBlock(nn.Module):
 
 class TransolverReference(nn.Module):
     """The authors' irregular-mesh ``Model`` (no time input, no unified position encoding); its
-    parameters in the order of theirs (``tests/test_transolver_reference.py`` maps one onto the
-    other)."""
+    parameters in the order of theirs (``tests/models/test_transolver_reference.py`` maps one onto
+    the other)."""
 
     def __init__(
         self,

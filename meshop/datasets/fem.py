@@ -9,7 +9,7 @@ per reference area), the sides and the cavity are traction-free, and the out-of-
 Displacements are quadratic (P2) Lagrange elements on the Triangle mesh. P2 rather than P1
 because the target is the stress: P1 stress is constant per triangle and its nodal average
 underestimates the peak at a hole by about 10% on a ~1000-node mesh, while P2 gives the Kirsch
-concentration within 3% (tests/test_elasticity.py). Two constitutive laws:
+concentration within 3% (tests/datasets/test_elasticity.py). Two constitutive laws:
 
 - ``"linear"``: Hooke's law, one sparse solve;
 - ``"neo-hookean"``: compressible neo-Hookean, ``W = mu/2 (I_1 - 3) - mu ln J + lambda/2 (ln J)^2``

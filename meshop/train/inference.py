@@ -113,9 +113,9 @@ def memory_estimate(
     ``[N, width]`` tensors for the model family's state; per node of a chunk,
     :data:`CHUNK_TENSORS` float32 tensors as wide as the model's widest linear layer (the whole
     mesh is one chunk unchunked). A rough estimate: within a factor of 2 of the measured peak
-    for PiT (``tests/test_predict_memory.py``), up to several times the peak of models narrower
-    than the constants assume (``python -m benchmarks.speed.predict_file`` compares it with every
-    model's peak).
+    for PiT (``tests/train/test_predict_memory.py``), up to several times the peak of models
+    narrower than the constants assume (``python -m benchmarks.speed.predict_file`` compares it
+    with every model's peak).
     """
     inner = model.model if isinstance(model, NormalizedModel) else model
     if chunk_nodes is None:

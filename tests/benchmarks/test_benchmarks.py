@@ -1,0 +1,751 @@
+"""The benchmark scripts: each runs at a tiny size and writes its tables; the measurement and the
+dense references they compare against are right."""
+
+import copy
+import importlib
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import run_all
+from benchmarks.accuracy import grid_zero_shot, large_mesh_zero_shot, tune
+from benchmarks.accuracy import model_table as accuracy
+from benchmarks.lib import common
+from benchmarks.report import figures, summary
+from benchmarks.speed import global_attention, local_attention, whole_models
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def allocate(megabytes: int, device: str):
+    """A case whose input holds ``megabytes`` and whose step allocates as much again."""
+    held = torch.ones(megabytes * 2**18)
+
+    def step():
+        return torch.empty_like(held).fill_(2.0)
+
+    return step
+
+
+@pytest.mark.parametrize(("module", "name"), run_all.SCRIPTS.items())
+def test_benchmark_script_runs_quick_and_writes_its_tables(module, name, tmp_path, capsys):
+    importlib.import_module(module).main(["--quick", "--out", str(tmp_path)])
+    records = json.loads((tmp_path / f"{name}.json").read_text())["records"]
+    assert records
+    for record in records:
+        assert "error" not in record, record
+        assert "skipped" in record or (record["time_s"] > 0 and record["peak_mb"] >= 0), record
+    table = (tmp_path / f"{name}.md").read_text()
+    assert table.startswith("## ") and "| " in table
+    assert table in capsys.readouterr().out
+
+
+def test_measured_peak_memory_counts_the_call_and_not_the_inputs():
+    result = common.run_case(
+        allocate,
+        {"megabytes": 200},
+        device="cpu",
+        threads=1,
+        timeout=120,
+        min_time=0.0,
+    )
+    assert 190 <= result["peak_mb"] <= 260, result
+    assert result["total_peak_mb"] >= result["peak_mb"] + 200  # the 200 MB input exists too
+
+
+def test_a_warm_measurement_times_the_calls_after_the_first_and_keeps_the_larger_peak():
+    """A slow step is timed once, cold, unless the case asks for warm calls (training steps,
+    whose first call searches the neighbours): then its first call is left out of the time but
+    not out of the peak memory."""
+    calls = []
+
+    def step():
+        calls.append(1)
+        if len(calls) == 1:  # the first call: slow, and 50 MB at its peak
+            block = bytearray(50 * 2**20)
+            block[::4096] = b"x" * len(block[::4096])
+            time.sleep(0.3)
+
+    cold = common.measure(step, "cpu", min_time=0.1, max_repeats=3)
+    assert cold["time_s"] >= 0.3 and cold["calls_timed"] == 1 and len(calls) == 1
+    calls.clear()
+    warm = common.measure(step, "cpu", min_time=0.1, max_repeats=3, warm=True)
+    assert warm["time_s"] < 0.1 and warm["calls_timed"] == 3 and len(calls) == 4
+    assert warm["peak_mb"] >= 40
+
+
+def test_dense_estimate_scales_the_largest_measured_case():
+    records = [
+        {"impl": "dense", "elements": 2**20, "peak_mb": 12.0},
+        {"impl": "dense", "elements": 2**22, "peak_mb": 80.0},  # 5 matrices of 16 MB
+        {"impl": "meshop", "elements": 2**24, "peak_mb": 1.0},
+    ]
+    gb, k = common.dense_estimate(records, {"impl": "dense"}, 2**28, default_k=9.0)
+    assert k == pytest.approx(5.0)
+    assert gb == pytest.approx(5.0)
+    assert common.dense_estimate([], {"impl": "dense"}, 2**28, default_k=9.0)[1] == 9.0
+
+
+def test_dense_position_attention_is_the_same_layer():
+    assert global_attention.check_agreement(400, 50) < 1e-5
+
+
+def test_dense_local_attention_is_the_same_layer():
+    assert local_attention.check_agreement(500) < 1e-5
+
+
+def test_dense_pit_is_the_same_model():
+    assert whole_models.check_agreement(150, 2) < 1e-5
+
+
+def test_dense_quantile_mask_keeps_the_quantile_of_every_row():
+    pos_src, pos_dst = torch.rand(200, 2), torch.rand(30, 2)
+    v = torch.eye(200)[:, None, :]  # one head whose output row is the attention row itself
+    lam = torch.tensor([0.0])
+    attn = local_attention.dense_local_attention(v, pos_src, pos_dst, lam, quantile=0.1)
+    kept = (attn > 0).sum(1)
+    assert torch.all(kept == 20)  # ceil(0.1 * 199) + ties; random points have none
+    assert torch.allclose(attn.sum(1), torch.ones(30))
+
+
+def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path, monkeypatch):
+    """Two runs side by side (--jobs 2, one process each) after the data is generated once."""
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    runs, out = str(tmp_path / "runs"), str(tmp_path)
+    args = ["--quick", "--datasets", "darcy", "--models", "pit,mlp", "--runs", runs, "--out", out]
+    accuracy.main([*args, "--jobs", "2"])
+    records = json.loads((tmp_path / "accuracy.json").read_text())["records"]
+    assert [r["model"] for r in records] == ["pit", "mlp"]
+    for record in records:
+        assert record["epochs"] >= 1 and record["parameters"] > 0
+        assert 0 < record["test_rel_l2"] < 10
+    grids = records[0]["super_resolution"]
+    assert list(grids) == ["6", "11", "21"]  # the training grid, 2x and 4x finer
+    assert "super_resolution" not in records[1]  # the baseline is not a resolution-free operator
+    tables = (tmp_path / "accuracy.md").read_text()
+    assert "zero-shot super-resolution" in tables
+    redrawn = tmp_path / "redrawn"
+    results = str(tmp_path / "accuracy.json")
+    accuracy.main(["--tables-from", results, "--out", str(redrawn)])
+    assert (redrawn / "accuracy.md").read_text() == tables
+    assert "the whole command took" in tables
+
+    # an interrupted table resumes from the pairs already finished, trains nothing twice and
+    # reuses no record measured with another budget
+    log = tmp_path / "runs" / "records.jsonl"
+    with log.open("a") as f:
+        f.write('{"key": {"budget"')  # a line cut short by the interruption
+    trained = []
+    monkeypatch.setattr(accuracy, "pair_record", lambda d, m, a: trained.append(m) or records[1])
+    accuracy.main([*args, "--out", str(tmp_path / "resumed"), "--resume"])
+    assert trained == []
+    resumed = json.loads((tmp_path / "resumed" / "accuracy.json").read_text())["records"]
+    assert resumed == records
+    accuracy.main([*args, "--out", str(tmp_path / "other"), "--resume", "--epochs", "2"])
+    assert trained == ["pit", "mlp"]
+    accuracy.main([*args, "--out", str(tmp_path / "fresh")])  # no --resume: starts over
+    assert trained == ["pit", "mlp"] * 2 and len(log.read_text().splitlines()) == 2
+
+
+def test_accuracy_equal_time_divides_frozen_epoch_times_and_trains_every_seed(
+    tmp_path, monkeypatch
+):
+    """--calibrate freezes each pair's time per epoch; --equal-time gives every pair that time
+    in epochs from the frozen file; --seeds trains each pair once per seed on the same data and
+    reports the mean and the spread."""
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    args = ["--quick", "--datasets", "darcy", "--models", "pit,mlp"]
+    args += ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match="--calibrate"):
+        accuracy.main([*args, "--equal-time", "4"])
+    with pytest.raises(SystemExit):
+        accuracy.parse_args(["--epochs", "2", "--equal-time", "4"])  # one budget at a time
+    accuracy.main([*args, "--calibrate"])
+    path = tmp_path / accuracy.EPOCH_SECONDS
+    frozen = json.loads(path.read_text())
+    assert {(r["dataset"], r["model"]) for r in frozen["records"]} == {
+        ("darcy", "pit"),
+        ("darcy", "mlp"),
+    }
+    assert all(r["epoch_seconds"] > 0 for r in frozen["records"])
+    assert "CPU time per epoch" in path.with_suffix(".md").read_text()
+    for record in frozen["records"]:  # known times: known epochs
+        record["epoch_seconds"] = {"pit": 2.0, "mlp": 0.5}[record["model"]]
+    path.write_text(json.dumps(frozen))
+    accuracy.main([*args, "--equal-time", "4", "--seeds", "0,1"])
+    data = json.loads((tmp_path / "accuracy.json").read_text())
+    records = {r["model"]: r for r in data["records"]}
+    assert records["pit"]["epochs"] == 2 and records["mlp"]["epochs"] == 8
+    for record in records.values():
+        runs = record["seeds"]
+        errors = [run["test_rel_l2"] for run in runs.values()]
+        assert list(runs) == ["0", "1"] and errors[0] != errors[1]  # another initialisation
+        assert record["test_rel_l2"] == pytest.approx(sum(errors) / 2)
+        assert record["spread"] == pytest.approx(abs(errors[0] - errors[1]))
+        assert len({run["checkpoint"] for run in runs.values()}) == 2
+    assert data["machine"]["seeds"] == [0, 1]
+    assert "4 s of training" in data["machine"]["budget"]
+    tables = (tmp_path / "accuracy.md").read_text()
+    assert "training seeds 0, 1" in tables and "| seed 0 / 1 | spread |" in tables
+    assert "| epochs | time per epoch | training |" in tables  # the divisor of each row
+    assert "| 2 | 2.00 s |" in tables and "| 8 | 500.0 ms |" in tables
+    assert f"{records['mlp']['test_rel_l2']:.4f} ± {records['mlp']['spread'] / 2:.4f}" in tables
+
+
+def test_accuracy_single_seed_datasets_train_the_first_seed_only(tmp_path, monkeypatch):
+    """--single-seed trains its datasets with the first of --seeds only (the others with every
+    seed), says so in the tables, and --resume reuses a record only with the seeds it needs."""
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    args = ["--quick", "--datasets", "darcy,burgers", "--models", "mlp", "--seeds", "0,1"]
+    args += ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path)]
+    accuracy.main([*args, "--single-seed", "burgers"])
+    data = json.loads((tmp_path / "accuracy.json").read_text())
+    records = {r["dataset"]: r for r in data["records"]}
+    assert list(records["darcy"]["seeds"]) == ["0", "1"] and "spread" in records["darcy"]
+    assert "seeds" not in records["burgers"] and "spread" not in records["burgers"]
+    assert not (tmp_path / "runs" / "burgers-mlp-seed1").exists()
+    tables = " ".join((tmp_path / "accuracy.md").read_text().split())
+    assert "training seeds 0, 1 (Burgers: seed 0 only)" in tables
+    trained = []
+    monkeypatch.setattr(accuracy, "pair_record", lambda d, m, a: trained.append(d) or records[d])
+    accuracy.main([*args, "--single-seed", "burgers", "--resume", "--out", str(tmp_path / "r")])
+    assert trained == []
+    accuracy.main([*args, "--resume", "--out", str(tmp_path / "r2")])
+    assert trained == ["burgers"]  # its record has one seed, this command wants two
+
+
+def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkeypatch):
+    """--update replaces the rows of the same dataset and model, notes them with the command, and
+    keeps the other rows except those of --forget datasets; DarcyMesh models are evaluated on the
+    same test domains meshed 2x and 4x finer."""
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    old = {"date": "then", "command": "python accuracy.py", "cpu": "cpu", "torch": "t"}
+    old.update(threads=1, seed=0, budget="2 min of training", quick=False)
+
+    def row(dataset, model, error):
+        options = {"num_train": 2, "num_test": 1}
+        return dict(
+            dataset=dataset,
+            model=model,
+            test_rel_l2=error,
+            test_rel_l2_median=error,
+            parameters=1,
+            epochs=1,
+            train_seconds=1.0,
+            options=options,
+        )
+
+    rows = [
+        row("darcy-mesh", "mlp", 9.0),
+        row("darcy-mesh", "pit", 8.0),
+        row("airfoil", "pit", 7.0),
+    ]
+    (tmp_path / "accuracy.json").write_text(json.dumps({"machine": old, "records": rows}))
+    runs, out = str(tmp_path / "runs"), str(tmp_path)
+    args = ["--quick", "--datasets", "darcy-mesh", "--models", "mlp", "--runs", runs, "--out", out]
+    accuracy.main([*args, "--update", "--forget", "airfoil"])
+    data = json.loads((tmp_path / "accuracy.json").read_text())
+    assert data["machine"]["date"] == "then"  # the table keeps its first header
+    records = {(r["dataset"], r["model"]): r for r in data["records"]}
+    assert set(records) == {("darcy-mesh", "pit"), ("darcy-mesh", "mlp")}
+    assert (
+        records["darcy-mesh", "pit"]["test_rel_l2"] == 8.0
+        and "rerun" not in records["darcy-mesh", "pit"]
+    )
+    mlp = records["darcy-mesh", "mlp"]
+    assert 0 < mlp["test_rel_l2"] < 10
+    assert mlp["rerun"]["date"] != "then"
+    assert mlp["rerun"]["command"] and "budget: 1 epochs" in mlp["rerun"]["why"]
+    assert list(mlp["refinement"]) == ["0", "1", "2"]  # training meshes, 2x and 4x finer
+    assert mlp["refinement"]["0"] == mlp["test_rel_l2"]
+    tables = (tmp_path / "accuracy.md").read_text()
+    assert "Darcy-mesh 2x / 4x finer (zero-shot)" in tables
+    assert "darcy-mesh zero-shot" in tables and "The MLP baseline row was measured" in tables
+
+
+def test_accuracy_update_of_every_row_takes_the_new_header(tmp_path):
+    old = {
+        "machine": {"date": "then", "budget": "2 min"},
+        "records": [{"dataset": "d", "model": "m"}],
+    }
+    path = tmp_path / "accuracy.json"
+    path.write_text(json.dumps(old))
+    new = {"date": "now", "command": "c", "budget": "epochs", "threads": 1}
+    info, records = accuracy.merged(path, new, [{"dataset": "d", "model": "m", "x": 1}], "")
+    assert info["date"] == "now" and records == [{"dataset": "d", "model": "m", "x": 1}]
+    info, records = accuracy.merged(path, new, [{"dataset": "e", "model": "m"}], "")
+    assert info["date"] == "then" and len(records) == 2 and "rerun" in records[1]
+
+
+def test_accuracy_epoch_budget_covers_every_pair_of_the_table():
+    from meshop.datasets.registry import dataset_entry
+
+    pairs = {
+        (d, m) for d in accuracy.DATASETS for m in accuracy.MODELS if m in dataset_entry(d).models
+    }
+    assert pairs <= set(accuracy.EPOCHS)
+    args = accuracy.parse_args([])
+    assert (
+        accuracy.epochs_in_budget("elasticity", "pit", args)[0]
+        == accuracy.EPOCHS["elasticity", "pit"]
+    )
+    assert "EPOCHS" in accuracy.budget(args)
+
+
+def test_super_resolution_grids_sample_the_same_fine_fields():
+    assert accuracy.super_resolutions(22, 421) == [43, 85]
+    assert accuracy.super_resolutions(6, 41) == [11, 21]
+    assert accuracy.super_resolutions(29, 421) == []  # 56 and 112 intervals do not divide 420
+
+
+def test_large_mesh_zero_shot_trains_on_every_node_and_on_a_fraction_and_evaluates_finer(
+    tmp_path,
+):
+    """Both runs train on the same samples and are evaluated on the same test domains at every
+    finer level, in chunks (--quick: chunks of 64 nodes)."""
+    where = ["--data-dir", str(tmp_path / "data"), "--runs", str(tmp_path / "runs")]
+    large_mesh_zero_shot.main(["--quick", *where, "--out", str(tmp_path)])
+    records = json.loads((tmp_path / "large_mesh_zero_shot.json").read_text())["records"]
+    trained = [r for r in records if r["kind"] == "training"]
+    assert [r["node_fraction"] for r in trained] == [1.0, 0.25]
+    assert trained[0]["parameters"] == trained[1]["parameters"]
+    assert all(r["train_seconds"] > 0 and r["epochs"] == 1 for r in trained)
+    evaluated = [r for r in records if r["kind"] == "evaluation"]
+    runs = ("every node", "node fraction")
+    assert [(r["run"], r["refinement"]) for r in evaluated] == [
+        (run, level) for level in (0, 1, 2) for run in runs
+    ]
+    first_mesh = [r["nodes"][0] for r in evaluated[::2]]
+    assert first_mesh[0] < first_mesh[1] < first_mesh[2]  # the same domain, finer
+    assert all(r["chunk_nodes"] == 64 and 0 < r["test_rel_l2"] < 10 for r in evaluated)
+    # in chunks, the training level's error is the one the training run measured whole
+    assert evaluated[0]["test_rel_l2"] == pytest.approx(trained[0]["test_rel_l2"], rel=1e-4)
+    text = (tmp_path / "large_mesh_zero_shot.md").read_text()
+    assert "| 2 (4x finer) |" in text and "### What the tables show" in text
+    assert "per epoch while both trained" in text
+    results = str(tmp_path / "large_mesh_zero_shot.json")
+    large_mesh_zero_shot.main(["--tables-from", results, "--out", str(tmp_path / "redrawn")])
+    assert (tmp_path / "redrawn" / "large_mesh_zero_shot.md").read_text() == text
+    with pytest.raises(SystemExit):
+        large_mesh_zero_shot.parse_args(["--quick", "--num-test", "2,2"])  # levels 0, 1, 2
+
+
+def test_plots_draw_every_figure_from_the_results(tmp_path):
+    def record(**fields):
+        return {"device": "cpu", "time_s": 0.1 * fields.pop("scale"), "peak_mb": 3.0, **fields}
+
+    results = {
+        "position_attention": [
+            record(kind="cross", impl=impl, n_src=n, n_dst=t, backward=True, scale=n / 1e3)
+            for impl in ("meshop", "dense")
+            for n in (1000, 10000)
+            for t in (256, 4096)
+        ],
+        "local_attention": [
+            record(field=f, impl=impl, n_src=n, backward=True, scale=n / 1e3)
+            for f in ("knn", "quantile")
+            for impl in ("meshop", "dense")
+            for n in (1000, 10000)
+        ],
+        "linear_attention": [
+            record(attention=a, n=n, scale=n / 512)
+            for a in ("galerkin", "linear", "fourier", "softmax")
+            for n in (512, 2048)
+        ],
+    }
+    for name, records in results.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps({"records": records}))
+    figures.main(["--results", str(tmp_path), "--out", str(tmp_path / "figures")])
+    for name in ("position_attention", "local_attention", "attention_cost"):
+        assert (tmp_path / "figures" / f"benchmarks_{name}.png").stat().st_size > 10_000
+
+
+def test_readme_accuracy_section_is_generated_from_the_measured_results():
+    """The README's accuracy text, table and findings are those of accuracy.json (rerun
+    ``python -m benchmarks.accuracy.model_table --tables-from benchmarks/results/accuracy.json``
+    after changing the results)."""
+    data = json.loads((BENCHMARKS / "results" / "accuracy.json").read_text())
+    readme = (BENCHMARKS.parent / "README.md").read_text()
+    assert accuracy.summary_table(data["records"]) in readme
+    assert accuracy.readme_section(data) in readme
+
+
+def test_accuracy_findings_are_computed_from_the_records(tmp_path):
+
+    def row(dataset, model, error, **extra):
+        options = {"num_train": 400 if dataset == "darcy-mesh" else 200, "num_test": 50}
+        return {
+            "dataset": dataset,
+            "model": model,
+            "test_rel_l2": error,
+            "options": options,
+            **extra,
+        }
+
+    records = [
+        row("darcy", "pit", 0.04, super_resolution={"22": 0.04, "43": 0.05, "85": 0.06}),
+        row("darcy", "galerkin", 0.03, super_resolution={"22": 0.03, "43": 0.033, "85": 0.04}),
+        row("elasticity", "pit", 0.1),
+        row("elasticity", "ono", 0.2),
+        row("elasticity", "mlp", 0.3),
+        row("darcy-mesh", "galerkin", 0.15, refinement={"0": 0.15, "1": 0.3, "2": 0.45}),
+        row("darcy-mesh", "pit", 0.05, refinement={"0": 0.05, "1": 0.06, "2": 0.075}),
+        row("darcy-mesh", "mlp", 0.4, refinement={"0": 0.4, "1": 0.4, "2": 0.4}),
+    ]
+    text = accuracy.findings(records)
+    assert "Every operator's error is below the MLP baseline's on every dataset." in text
+    losing = [
+        row("airfoil", "pit", 0.29, spread=0.02),
+        row("airfoil", "galerkin", 0.5, spread=0.01),
+        row("airfoil", "ono", 0.25, spread=0.01),
+        row("airfoil", "mlp", 0.3, spread=0.005),
+    ]
+    lost = " ".join(accuracy.findings(records + losing).split())
+    assert (
+        "At or above the MLP baseline's error: Galerkin Transformer on Airfoil (0.5000 against "
+        "0.3000). Below it by no more than the seed spread (no win): PiT on Airfoil (0.2900 "
+        "against 0.3000)." in lost
+    )
+    assert "ONO on Airfoil" not in lost and "Every operator" not in lost
+    assert "8.0x on DarcyMesh (PiT 0.0500 against 0.4000) and 3.0x on Elasticity" in text
+    assert "PiT's error is 1.20x and 1.50x its error at the training resolution" in text
+    assert "every model's error is 1.10x to 1.25x its error on the training grid" in text
+    info = {"seed": 0, "date": "today", "command": "python accuracy.py", "wall_seconds": 3000}
+    section = accuracy.readme_section({"machine": {**info, "jobs": 2}, "records": records})
+    assert "training on 200 (400 on Darcy-mesh)" in " ".join(section.split())
+    assert "the whole table took 50 min with 2 runs" in " ".join(section.split())
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{accuracy.README_START}\nold\n{accuracy.README_END}\nbottom\n")
+    accuracy.update_readme({"machine": {**info, "jobs": 2}, "records": records}, readme)
+    assert readme.read_text() == f"top\n{section}\nbottom\n"
+    readme.write_text("no markers")
+    with pytest.raises(SystemExit, match="lacks the markers"):
+        accuracy.update_readme({"machine": info, "records": records}, readme)
+
+
+def test_grid_zero_shot_stages_run_from_the_old_grid_path_to_the_models_forward():
+    from meshop.data import make_loader, uniform_grid
+    from meshop.models import GalerkinTransformer
+
+    torch.manual_seed(0)
+    sizes = dict(channels=8, heads=2, layers=1, width=6, modes=12, hidden_channels=16)
+    trained = GalerkinTransformer(3, 1, 2, grid_shape=22, **sizes).eval()
+    unrecorded = GalerkinTransformer(3, 1, 2, **sizes).eval()  # every grid its own training grid
+    unrecorded.load_state_dict(trained.state_dict())
+    g = torch.Generator().manual_seed(0)
+    fields = [uniform_grid((43, 43), x=torch.randn(43 * 43, generator=g)) for _ in range(2)]
+    batch = next(iter(make_loader(fields, batch_size=2)))
+    with torch.no_grad():
+        every_stage = grid_zero_shot.StagedGridPath(trained, (22, 22), grid_zero_shot.STAGES)(batch)
+        no_stage = grid_zero_shot.StagedGridPath(trained, (22, 22), ())(batch)
+        torch.testing.assert_close(every_stage, trained(batch), atol=1e-6, rtol=0)
+        torch.testing.assert_close(no_stage, unrecorded(batch), atol=1e-6, rtol=0)
+        assert (every_stage - no_stage).abs().max() > 1e-4  # so the two checks differ
+
+
+def test_tune_reads_settings_and_tabulates_trials(tmp_path):
+    chosen = tune.settings(["train.lr=3e-3", "model.path=mesh", "dataset.num_train=10"])
+    assert chosen == {
+        "train": {"lr": 0.003},
+        "model": {"path": "mesh"},
+        "dataset": {"num_train": 10},
+    }
+    for bad in ("lr=3e-3", "optim.lr=1", "train.lr"):
+        with pytest.raises(SystemExit, match="PART.KEY=VALUE"):
+            tune.settings([bad])
+    trial = dict(dataset="elasticity", model="pit", epochs=3, parameters=1000, train_seconds=9.4)
+    trials = [
+        {**trial, "settings": [], "test_rel_l2": 0.5, "load_average": 1.0},
+        {**trial, "settings": ["train.lr=5e-3"], "test_rel_l2": 0.25, "load_average": 2.0},
+    ]
+    log = tmp_path / "tuning.jsonl"
+    log.write_text("".join(json.dumps(t) + "\n" for t in trials))
+    text = tune.table(log)
+    assert "## PiT on elasticity" in text
+    assert "| preset | 3 | 1,000 | 0.5000 | 9 s | 1.0 |" in text
+    assert "| train.lr=5e-3 | 3 | 1,000 | 0.2500 | 9 s | 2.0 |" in text
+
+
+def _results():
+    return summary.load(BENCHMARKS / "results")
+
+
+def test_readme_speed_table_and_docs_summary_are_generated_from_the_results():
+    data = _results()
+    readme = (BENCHMARKS.parent / "README.md").read_text()
+    assert summary.readme_section(data) in readme, "run python -m benchmarks.report.summary"
+    written = (BENCHMARKS / "results" / "summary.md").read_text()
+    assert written == summary.summary_markdown(data), "run python -m benchmarks.report.summary"
+    # the Benchmarks page shows the generated table, not a copy of it
+    page = (BENCHMARKS.parent / "docs" / "benchmarks.md").read_text()
+    assert '--8<-- "benchmarks/results/summary.md:results"' in page
+    assert "| aim | measured |" not in page
+
+
+def test_summary_follows_the_numbers_of_the_result_files():
+    data = copy.deepcopy(_results())
+    records = data["position_attention"]["records"]
+    case = dict(kind="cross", n_src=10**5, n_dst=4096, backward=False)
+    ours = next(r for r in records if r.items() >= {**case, "impl": "meshop"}.items())
+    dense = next(r for r in records if r.items() >= {**case, "impl": "dense"}.items())
+    ours.update(peak_mb=dense["peak_mb"] / 4, time_s=dense["time_s"] / 3)
+    headline, readme = summary.rows(data)
+    assert headline[0][2] == "not met (4x less)"
+    assert readme[0][1].endswith("(4x less), 3.0x faster")
+    # a training step 25x faster meets the aim, and the README drops the explanation
+    training = data["models"]["records"]
+    step = next(r for r in training if r.items() >= {"n": 972, "impl": "dense"}.items())
+    pit = next(
+        r for r in training if r.items() >= {"n": 972, "impl": "meshop", "model": "PiT"}.items()
+    )
+    pit["time_s"] = step["time_s"] / 25
+    headline, readme = summary.rows(data)
+    assert headline[4][2] == "met" and "25.0x faster" in headline[4][1]
+    assert readme[4][1].startswith("25.0x faster") and "not met" not in readme[4][1]
+    # a case missing from the results (a quick run) is shown as such, not invented
+    data["position_attention"]["records"].remove(ours)
+    assert summary.rows(data)[0][0][1] == summary.NOT_MEASURED
+
+
+def test_summary_reports_the_training_steps_against_the_papers_code():
+    data = copy.deepcopy(_results())
+    records = data["speed_vs_reference"]["records"]
+    for record in records:
+        if record["case"] in ("ONO, 16x16 grid, batch 20", "ONO, 972 nodes, batch 8"):
+            ref = record["reference"]
+            record["meshop"].update(median_s=ref["median_s"] / 2, median_cpu_s=ref["median_cpu_s"])
+    headline, readme = summary.rows(data)
+    ono_long, ono_short = headline[-1], readme[-1]
+    assert ono_long[0].startswith("ONO as the authors' ONO2") and "1.5x faster" in ono_long[0]
+    assert "one thread: 2.00x / 2.00x (CPU time 1.00x / 1.00x)" in ono_long[1]
+    assert ono_long[2] == "met" and "aim" not in ono_short[1]
+    # one ratio below the aim at any thread count: not met, and the README names the aim
+    record = next(r for r in records if r["case"] == "ONO, 972 nodes, batch 8")
+    record["meshop"]["median_s"] = record["reference"]["median_s"]
+    headline, readme = summary.rows(data)
+    assert headline[-1][2] == "not met" and "2.00x / 1.00x" in headline[-1][1]
+    assert readme[-1][1].endswith("; aim 1.5x")
+    # a case missing from the results (at every thread count) is shown as such
+    records[:] = [r for r in records if r["case"] != "ONO, 972 nodes, batch 8"]
+    assert summary.rows(data)[0][-1][1] == summary.NOT_MEASURED
+
+
+def test_summary_command_rewrites_only_the_marked_readme_section(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    for name in summary.SOURCES:
+        shutil.copy(BENCHMARKS / "results" / f"{name}.json", results)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{summary.README_START}\nold table\n{summary.README_END}\nrest\n")
+    args = ["--results", str(results), "--readme", str(readme)]
+    assert summary.main([*args, "--check"]) == 1
+    assert summary.main(args) == 0
+    assert summary.main([*args, "--check"]) == 0
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("\nrest\n") and "old table" not in text
+    assert summary.readme_section(summary.load(results)) in text
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="lacks the markers"):
+        summary.main(args)
+
+
+def test_attention_cost_verdict_follows_the_growth_of_each_form():
+
+    def data(fourier_power):
+        records = [
+            {"attention": kind, "n": n, "time_s": n**power * 1e-6, "peak_mb": n / 100}
+            for kind, power in (
+                ("galerkin", 1),
+                ("linear", 1),
+                ("fourier", fourier_power),
+                ("softmax", 2),
+            )
+            for n in (1024, 2048, 4096)
+        ]
+        return {"linear_attention": {"records": records}}
+
+    assert summary._linear(data(1))[0][2].startswith("met")
+    assert summary._linear(data(2))[0][2] == "not met: a linear form grows faster"
+
+
+def test_accuracy_runs_longest_first(tmp_path):
+    """Runs side by side pack best with the longest first: time per epoch of the last results
+    times this run's epochs; never-measured pairs first."""
+    rows = [
+        {"dataset": "darcy", "model": "pit", "train_seconds": 100.0, "epochs": 10},
+        {"dataset": "darcy", "model": "mlp", "train_seconds": 30.0, "epochs": 10},
+    ]
+    (tmp_path / "accuracy.json").write_text(json.dumps({"machine": {}, "records": rows}))
+    pairs = [("darcy", "mlp"), ("darcy", "pit"), ("burgers", "pit")]
+    args = accuracy.parse_args(["--out", str(tmp_path), "--epochs", "5"])
+    assert accuracy.longest_first(pairs, args) == [("burgers", "pit"), ("darcy", "pit"), pairs[0]]
+    args = accuracy.parse_args(["--out", str(tmp_path)])  # the table's epochs: MLP 304 of 3 s
+    assert accuracy.longest_first(pairs, args)[1:] == [("darcy", "mlp"), ("darcy", "pit")]
+
+
+def test_result_files_are_read_only_where_they_exist_and_must_hold_records(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"machine": {}, "records": [1]}))
+    assert common.load_results(tmp_path, ["a", "missing"]) == {"a": {"machine": {}, "records": [1]}}
+    (tmp_path / "b.json").write_text("{}")
+    with pytest.raises(SystemExit, match="b.json has no 'records'"):
+        common.load_results(tmp_path, ["b"])
+
+
+def test_the_recorded_command_leaves_out_where_files_go(monkeypatch):
+    """Results record the command that reruns them on any machine: ``--out`` and ``--runs`` name
+    the measuring machine's folders and change no number."""
+    argv = ["--jobs", "2", "--runs", "/work/x", "--out=/tmp/y", "--datasets", "darcy", "--out", "z"]
+    assert common.rerun_args(argv) == ["--jobs", "2", "--datasets", "darcy"]
+    assert common.rerun_args(["--outline", "a"]) == ["--outline", "a"]  # only the exact names
+    script = BENCHMARKS / "speed" / "whole_models.py"  # sys.argv[0] under python -m
+    monkeypatch.setattr(sys, "argv", [str(script), "--quick", "--out", "/tmp/q"])
+    python = Path(sys.executable).name
+    assert common.machine()["command"] == f"{python} -m benchmarks.speed.whole_models --quick"
+
+
+def test_vs_authors_skips_a_model_whose_authors_code_is_not_given(tmp_path, capsys, monkeypatch):
+    """Without a clone (or with a folder that is not one) each model's rows are skipped with a
+    message naming what to pass, and the result files say so; nothing is trained. The clone is
+    asked for first, whatever the authors' packages (none installed here, as on CI)."""
+    from benchmarks.accuracy import vs_authors
+    from benchmarks.lib import authors
+
+    monkeypatch.setattr(authors, "_installed", lambda package: False)
+
+    out = ["--out", str(tmp_path), "--data-dir", str(tmp_path / "data")]
+    vs_authors.main(["--quick", *out])
+    result = json.loads((tmp_path / "vs_authors.json").read_text())
+    assert result["records"] == [] and set(result["skipped"]) == {"transolver", "ono"}
+    assert "pass --transolver-dir /path/to/clone" in result["skipped"]["transolver"]
+    assert "pass --ono-dir /path/to/clone" in result["skipped"]["ono"]
+    err = capsys.readouterr().err
+    assert "skipping the Transolver: no clone" in err and "skipping the ONO: no clone" in err
+    assert (
+        "Skipped: no clone of the ONO authors' repository"
+        in (tmp_path / "vs_authors.md").read_text()
+    )
+    assert not (tmp_path / "data").exists()
+    redrawn = ["--tables-from", str(tmp_path / "vs_authors.json"), "--out", str(tmp_path / "r")]
+    vs_authors.main(redrawn)
+    assert (tmp_path / "r" / "vs_authors.md").read_text() == (
+        tmp_path / "vs_authors.md"
+    ).read_text()
+    vs_authors.main(["--quick", "--models", "transolver", "--transolver-dir", str(tmp_path), *out])
+    skipped = json.loads((tmp_path / "vs_authors.json").read_text())["skipped"]
+    assert "Transolver_Irregular_Mesh.py there" in skipped["transolver"]
+
+
+def test_vs_authors_on_burgers_writes_its_own_result_files(tmp_path, monkeypatch):
+    """``--dataset burgers`` writes ``vs_authors_burgers.*`` (the Darcy files stay), records the
+    dataset, and its redrawn tables go to the same name."""
+    from benchmarks.accuracy import vs_authors
+    from benchmarks.lib import authors
+
+    monkeypatch.setattr(authors, "_installed", lambda package: False)
+    out = ["--out", str(tmp_path), "--data-dir", str(tmp_path / "data")]
+    vs_authors.main(["--quick", "--dataset", "burgers", *out])
+    assert not (tmp_path / "vs_authors.json").exists()
+    result = json.loads((tmp_path / "vs_authors_burgers.json").read_text())
+    assert result["data"]["dataset"] == "burgers" and result["records"] == []
+    again = [
+        "--tables-from",
+        str(tmp_path / "vs_authors_burgers.json"),
+        "--out",
+        str(tmp_path / "r"),
+    ]
+    vs_authors.main(again)
+    assert (tmp_path / "r" / "vs_authors_burgers.md").read_text() == (
+        tmp_path / "vs_authors_burgers.md"
+    ).read_text()
+
+
+#: (model, environment variable naming a clone of the authors' repository, option)
+AUTHORS_CLONES = [
+    ("transolver", "MESHOP_TRANSOLVER_CLONE", "--transolver-dir"),
+    ("ono", "MESHOP_ONO_CLONE", "--ono-dir"),
+]
+
+
+@pytest.mark.parametrize("dataset", ["darcy", "burgers"])
+@pytest.mark.parametrize(("model", "variable", "option"), AUTHORS_CLONES)
+def test_vs_authors_trains_both_implementations_alike(model, variable, option, dataset, tmp_path):
+    """With a clone of the authors' repository (named by the environment variable), meshop's
+    model and the authors' train on the same data (2D Darcy, 1D Burgers) for the same epochs
+    with each seed; their parameter counts differ only where the parameterisations do."""
+    import os
+
+    from benchmarks.accuracy import vs_authors
+
+    clone = os.environ.get(variable)
+    if not clone:
+        pytest.skip(
+            f"set {variable} to a clone of the {vs_authors.TITLES[model]} authors' repository"
+        )
+    out = ["--out", str(tmp_path), "--data-dir", str(tmp_path / "data")]
+    vs_authors.main(["--quick", "--dataset", dataset, "--models", model, option, clone, *out])
+    name = vs_authors.result_name(dataset)
+    result = json.loads((tmp_path / f"{name}.json").read_text())
+    assert result["skipped"] == {} and result["data"]["dataset"] == dataset
+    runs = {(r["implementation"], r["seed"]): r for r in result["records"]}
+    assert {seed for _, seed in runs} == {0, 1} and {"meshop", "authors"} <= {i for i, _ in runs}
+    assert all(r["epochs"] == 1 and 0 < r["test_rel_l2"] < 10 for r in runs.values())
+    width = vs_authors.QUICK_SIZES[model]["width"]
+    ours, theirs = runs["meshop", 0]["parameters"], runs["authors", 0]["parameters"]
+    if model == "transolver":
+        assert theirs == ours + width  # the placeholder, in meshop's lift's bias
+    else:  # ONO_AUTHORS: ONO2 parameter for parameter (its lift, bias-free Q, K, V)
+        assert ours == theirs
+    text = (tmp_path / f"{name}.md").read_text()
+    assert "meshop: mean " in text and "against the authors'" in text and "| authors |" in text
+
+
+def test_grid_zero_shot_of_several_runs_is_the_mean_of_each_run(tmp_path):
+    """Given the runs of several training seeds (as the accuracy table's row), every error of
+    the stage table is the mean of the runs' own errors."""
+    import argparse
+
+    from benchmarks.lib.training_runs import run_config
+    from meshop.train.run import train_run
+
+    args = argparse.Namespace(quick=True, seed=0, data_dir=str(tmp_path / "data"))
+    small = {"model": {"channels": 8, "layers": 1, "heads": 2}}
+    runs = []
+    for seed in (0, 1):
+        out = tmp_path / f"darcy-galerkin-seed{seed}"
+        config = run_config("darcy", "galerkin", 1, out, args, small, train_seed=seed)
+        train_run(config, figures=False, log=lambda *_: None)
+        runs.append(str(out))
+    results = {}
+    for name, checkpoints in (("0", runs[:1]), ("1", runs[1:]), ("both", runs)):
+        grid_zero_shot.main([*checkpoints, "--out", str(tmp_path / name)])
+        records = json.loads((tmp_path / name / "grid_zero_shot.json").read_text())["records"]
+        results[name] = [record["errors"] for record in records]
+    assert len(results["both"]) == len(grid_zero_shot.STAGES) + 1
+    for both, one, other in zip(results["both"], results["0"], results["1"], strict=True):
+        assert both.keys() == one.keys() == {"6", "11", "21"}
+        for grid, error in both.items():
+            assert error == pytest.approx((one[grid] + other[grid]) / 2, rel=1e-6)
+        assert one != other  # two initialisations: the mean is not either run's
+    text = (tmp_path / "both" / "grid_zero_shot.md").read_text()
+    assert "mean of darcy-galerkin-seed0 and darcy-galerkin-seed1" in text
+
+
+def test_run_trainer_is_meshop_trains_trainer_with_or_without_the_test_split(tmp_path):
+    """The benchmarks' run_trainer is build_trainer, the Trainer that ``meshop train`` fits: the
+    pair's preset under the run's settings, the test split only when asked for."""
+    import argparse
+
+    from benchmarks.lib.training_runs import run_config, run_trainer
+
+    args = argparse.Namespace(quick=True, seed=0, data_dir=str(tmp_path / "data"))
+    run = run_config("darcy", "mlp", 1, tmp_path / "run", args)
+    with_test, times = run_trainer(run, tmp_path / "run")
+    without, _ = run_trainer(run, tmp_path / "run", test=False)
+    assert len(with_test.test_set) == 2 and without.test_set is None
+    assert set(times) == {"load_s", "prepare_s"} and all(t >= 0 for t in times.values())
+    assert with_test.config.lr == 1e-3 and with_test.config.schedule == "cosine"  # MLP preset

@@ -1,0 +1,69 @@
+import numpy as np
+import pytest
+import torch
+from scipy.spatial import Delaunay
+
+from meshop.data import lumped_mass_weights
+from meshop.data.weights import default_weight
+from meshop.errors import MeshError
+from tests.helpers import square_with_hole
+
+
+def test_weights_of_square_with_hole_sum_to_its_area():
+    points, triangles, area = square_with_hole()
+    w = lumped_mass_weights(points, [("triangle", triangles)])
+    assert w.sum() == pytest.approx(area, rel=1e-12)
+    assert (w > 0).all()
+
+
+def test_weights_of_tetrahedral_cube_sum_to_its_volume(rng):
+    corners = np.stack(np.meshgrid([0, 1], [0, 1], [0, 1], indexing="ij"), -1).reshape(-1, 3)
+    points = np.concatenate([corners, rng.random((40, 3))])  # hull = the unit cube
+    tets = Delaunay(points).simplices
+    w = lumped_mass_weights(points, [("tetra", tets), ("triangle", np.array([[0, 1, 2]]))])
+    assert w.sum() == pytest.approx(1.0, rel=1e-10)
+
+
+def test_hexahedra_quads_and_segments_are_measured():
+    cube = np.array(
+        [[0, 0, 0], [2, 0, 0], [2, 1, 0], [0, 1, 0], [0, 0, 3], [2, 0, 3], [2, 1, 3], [0, 1, 3]],
+        float,
+    )
+    assert lumped_mass_weights(cube, [("hexahedron", np.arange(8)[None])]).sum() == pytest.approx(6)
+    w = lumped_mass_weights(cube[:4, :2], [("quad", np.arange(4)[None])])
+    assert w.tolist() == pytest.approx([0.5] * 4)
+    line = np.array([[0.0], [0.5], [2.0]])
+    w = lumped_mass_weights(line, [("line", np.array([[0, 1], [1, 2]]))])
+    assert w.tolist() == pytest.approx([0.25, 1.0, 0.75])
+
+
+def test_lower_dimensional_cells_do_not_count():
+    points = np.array([[0, 0], [1, 0], [1, 1], [0, 1]], float)
+    cells = [
+        ("line", np.array([[0, 1], [1, 2], [2, 3], [3, 0]])),
+        ("triangle", np.array([[0, 1, 2]])),
+    ]
+    w = lumped_mass_weights(points, cells)
+    assert w.sum() == pytest.approx(0.5)
+    assert w[3] == 0
+
+
+def test_point_cloud_weights_are_uniform():
+    w = lumped_mass_weights(np.zeros((4, 2)), [])
+    assert w.tolist() == [0.25] * 4
+
+
+def test_degenerate_tetrahedron_is_rejected():
+    points = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0], [0, 0, 1]], float)
+    with pytest.raises(MeshError, match="degenerate tetra"):
+        lumped_mass_weights(points, [("tetra", np.array([[0, 1, 2, 4], [0, 1, 2, 3]]))])
+
+
+def test_default_weight_is_one_over_n_in_every_sample():
+    like = torch.zeros(1, dtype=torch.float64)
+    torch.testing.assert_close(
+        default_weight(4, None, like), torch.full((4,), 0.25, dtype=like.dtype)
+    )
+    batch = torch.tensor([0, 0, 1, 1, 1, 1, 2])
+    expected = torch.tensor([0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 1.0], dtype=like.dtype)
+    torch.testing.assert_close(default_weight(7, batch, like), expected)

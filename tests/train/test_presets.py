@@ -1,0 +1,169 @@
+"""The optimisation presets and defaults that the docs state: the presets table of docs/training.md
+is generated from meshop.train.presets, TrainConfig() is the Galerkin Transformer's setting, and
+Burgers' default viscosity is 0.1 / (2 pi)."""
+
+import importlib.util
+import inspect
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from meshop.datasets.burgers import Burgers
+from meshop.train import TrainConfig, build_optimizer, build_scheduler
+from meshop.train.presets import preset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def presets_table():
+    spec = importlib.util.spec_from_file_location(
+        "presets_table", ROOT / "scripts/presets_table.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_presets_table_is_the_generated_one():
+    module = presets_table()
+    page = (ROOT / "docs" / "training.md").read_text()
+    assert module.page_block(page) == module.block(), (
+        "docs/training.md's presets table differs from meshop.train.presets: run "
+        "`python scripts/presets_table.py --write`"
+    )
+
+
+def test_the_presets_table_states_the_papers_settings():
+    rows = {line.split(" | ")[0][2:]: line for line in presets_table().table().splitlines()[2:]}
+    assert rows["PiT"] == "| PiT | Adam, lr 1e-3 | cosine annealing from `lr` to 0 | none |"
+    assert rows["Galerkin Transformer"] == (
+        "| Galerkin Transformer | Adam, lr 1e-3 | one-cycle: starts at `lr / 1e4`, peaks after "
+        "30 % of the steps, ends at `lr / 1e4` | gradient norm 1 |"
+    )
+    assert rows["Fourier Transformer"].startswith("| Fourier Transformer | Adam, lr 5e-4 |")
+    assert rows["ONO"] == (
+        "| ONO | AdamW, lr 1e-3, weight decay 1e-5 | one-cycle: starts at `lr / 25`, peaks after "
+        "30 % of the steps, ends at `lr / 2.5e5` | gradient norm 0.1 |"
+    )
+
+
+def test_the_ono_preset_builds_adamw_with_its_weight_decay_and_one_cycle_factors():
+    config = TrainConfig(**preset("elasticity", "ono")["train"])
+    model = torch.nn.Linear(2, 2)
+    optimizer = build_optimizer(model, config)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert optimizer.param_groups[0]["weight_decay"] == 1e-5
+    build_scheduler(optimizer, config, total_steps=10)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 / 25)
+    assert config.clip == 0.1
+
+
+def test_train_config_defaults_to_the_galerkin_transformers_settings():
+    galerkin = TrainConfig(**preset("darcy", "galerkin")["train"])
+    for key in ("optimizer", "lr", "schedule", "pct_start", "div_factor", "final_div_factor"):
+        assert getattr(TrainConfig(), key) == getattr(galerkin, key), key
+    assert TrainConfig().clip == galerkin.clip == 1.0
+
+
+def test_burgers_default_viscosity_is_the_galerkin_papers_value():
+    default = inspect.signature(Burgers).parameters["viscosity"].default
+    assert default == pytest.approx(0.1 / (2 * math.pi), rel=1e-12)
+
+
+def test_preset_merges_model_dataset_and_pair_defaults_in_that_order():
+    from meshop.train.presets import DATASET_PRESETS, MODEL_TRAINING, PAIR_PRESETS, preset
+
+    merged = preset("elasticity", "pit")
+    train = {
+        **MODEL_TRAINING["pit"],
+        **DATASET_PRESETS["elasticity"]["train"],
+        **PAIR_PRESETS[("elasticity", "pit")]["train"],
+    }
+    assert merged["train"] == train and merged["train"]["batch_size"] == 2  # the pair's
+    assert merged["dataset"] == DATASET_PRESETS["elasticity"]["dataset"]
+    assert merged["model"] == PAIR_PRESETS[("elasticity", "pit")]["model"]
+    assert preset("elasticity", "my_pkg:Model") == {
+        "train": DATASET_PRESETS["elasticity"]["train"],
+        "model": {},
+        "dataset": DATASET_PRESETS["elasticity"]["dataset"],
+    }
+
+
+def test_folder_defaults_scale_with_the_size_and_number_of_the_meshes():
+    from meshop.train.presets import DataSummary, folder_rules
+
+    # an Elasticity-like folder: the mesh datasets' measured settings come back
+    elasticity = DataSummary(nodes=972, dim=2, samples=1000)
+    pit = folder_rules("pit", elasticity)
+    assert pit["train"] == {
+        "latent_points": 243,  # a quarter of the nodes (Elasticity's preset: 256)
+        "batch_size": 2,
+        "lr": 5e-3,
+        "clip": 1.0,
+        "epochs": 100,  # 500 steps an epoch: the 100 epochs of the mesh datasets
+    }
+    assert pit["model"] == {"width": 64, "encoder_quantile": 0.021, "decoder_quantile": 0.049}
+    transolver = folder_rules("transolver", elasticity)
+    assert transolver["model"] == {"width": 64, "layers": 4, "heads": 4, "slices": 32}
+    assert transolver["train"] == {"batch_size": 8, "epochs": 100}
+    assert folder_rules("ono", elasticity)["model"]["k"] == 16
+    assert "latent_points" not in folder_rules("galerkin", elasticity)["train"]
+    # meshes of a million nodes: batches of one sample, bounded latent meshes and fields that
+    # hold twice the input nodes per latent node
+    large = DataSummary(nodes=1_000_000, dim=3, samples=40)
+    pit = folder_rules("pit", large)
+    assert pit["train"]["latent_points"] == 512
+    assert pit["model"]["encoder_quantile"] == 0.0039  # 2 / 512
+    assert pit["model"]["decoder_quantile"] == 0.023  # 12 / 512
+    assert folder_rules("transolver", large)["train"]["batch_size"] == 1
+    assert folder_rules("galerkin", large)["train"]["latent_points"] == 2048
+    assert folder_rules("fourier", large)["model"]["path"] == "mesh"
+    assert folder_rules("transolver", large)["train"]["epochs"] == 125  # 5000 steps of 40
+    # a few small meshes: every node latent, the fields cover what there is, more epochs
+    small = DataSummary(nodes=30, dim=2, samples=12)
+    pit = folder_rules("pit", small)
+    assert pit["train"]["latent_points"] == 30 and pit["train"]["epochs"] == 834
+    assert pit["model"]["encoder_quantile"] == 0.67 and pit["model"]["decoder_quantile"] == 0.4
+    assert folder_rules("mlp", DataSummary(nodes=30, dim=2, samples=1))["train"]["epochs"] == 1000
+
+
+def test_folder_defaults_sit_under_the_explicit_settings_and_only_for_folders():
+    from meshop.data import from_points
+    from meshop.train import RunConfig
+    from meshop.train.presets import DataSummary, preset, summarize_data
+
+    data = DataSummary(nodes=972, dim=2, samples=1000)
+    assert preset("elasticity", "pit", data) == preset("elasticity", "pit")  # not a folder
+    chosen = preset("folder", "pit", data)
+    assert chosen["train"]["latent_points"] == 243 and chosen["train"]["optimizer"] == "adam"
+    assert preset("folder", "pit")["train"]["latent_points"] == 256  # no summary: the static one
+    run = RunConfig(dataset="folder", model="pit", train={"batch_size": 6, "latent_points": 99})
+    config = run.train_config(chosen["train"])
+    assert (config.batch_size, config.latent_points, config.lr) == (6, 99, 5e-3)
+
+    samples = [from_points(torch.rand(n, 3)) for n in (50, 10, 40, 20, 30, 1000)]
+    summary = summarize_data(samples)  # the median of the first five, all of them counted
+    assert summary == DataSummary(nodes=30, dim=3, samples=6)
+    assert str(summary) == "6 training samples of about 30 nodes in 3D"
+
+
+@pytest.mark.parametrize("model", ["pit", "ono"])
+def test_burgers_presets_give_an_input_that_tells_left_from_right(model, tmp_path):
+    """PiT's distance kernels are mirror-symmetric and ONO's kernels come from the node features:
+    on Burgers both read u0's derivative, which changes sign under mirroring (ONO also the
+    coordinate's Fourier modes); benchmarks/results/burgers_inputs.md has the measurements."""
+    options = preset("burgers", model)["dataset"]
+    small = dict(resolution=64, fine_resolution=256, num_train=1, num_test=1, progress=False)
+    sample = Burgers(root=tmp_path, **{**options, **small})[0]
+    assert sample.x.shape[1] == 2 + 2 * options.get("coordinate_modes", 0)
+    u0, u0_x = sample.x[:, :1], sample.x[:, 1:2]
+
+    def mirror(values):
+        return torch.roll(values.flip(0), 1, 0)
+
+    from meshop.datasets.burgers import periodic_derivative
+
+    assert torch.allclose(periodic_derivative(mirror(u0)), -mirror(u0_x), atol=1e-4)
+    assert u0_x.abs().max() > 1
