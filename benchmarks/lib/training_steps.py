@@ -1,13 +1,18 @@
 """The training steps that ``speed/training_vs_reference.py`` times and ``speed/profile_pit.py``
 and ``speed/profile_ono.py`` profile: meshop's model and the reference formulation of
-:mod:`benchmarks.lib.reference` on the same inputs, each step forward, loss, backward and an Adam
+:mod:`meshop.testing` on the same inputs, each step forward, loss, backward and an Adam
 step. Every ``*_case`` returns ``{implementation: (step, parameters)}``."""
 
 from __future__ import annotations
 
 import torch
 
-from benchmarks.lib.reference import (
+from benchmarks.lib.settings import ELASTICITY_PARAMS, PIT_BLOCKS, PIT_HEADS, PIT_WIDTH
+from benchmarks.lib.workloads import batch_of, build_model, samples
+from meshop.data import from_points, grid_points, make_loader
+from meshop.models import ONO, Transolver
+from meshop.nn import GalerkinEncoderLayer
+from meshop.testing import (
     GalerkinReferenceEncoder,
     ONOReference,
     PiTReference,
@@ -15,11 +20,6 @@ from benchmarks.lib.reference import (
     dense_inputs,
     dense_pit,
 )
-from benchmarks.lib.settings import ELASTICITY_PARAMS, PIT_BLOCKS, PIT_HEADS, PIT_WIDTH
-from benchmarks.lib.workloads import batch_of, build_model, samples
-from meshop.data import from_points, grid_points, make_loader
-from meshop.models import ONO, Transolver
-from meshop.nn import GalerkinEncoderLayer
 from meshop.train import relative_l2
 
 #: Transolver as ``meshop train`` builds it on the CPU datasets (meshop.train.presets)

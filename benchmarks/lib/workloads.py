@@ -24,7 +24,7 @@ def build_model(name: str, **fields):
     in_channels = 2 + ELASTICITY_PARAMS
     if name == "PiT":
         receptive = fields or dict(encoder_quantile=PIT_QUANTILE, decoder_quantile=PIT_QUANTILE)
-        # the paper's unweighted form, which benchmarks.lib.reference.dense_pit computes
+        # the paper's unweighted form, which meshop.testing.dense_pit computes
         return PiT(
             in_channels,
             1,

@@ -1,5 +1,5 @@
 """Where an ONO training step spends its time: torch.profiler over meshop's ONO and the ONO
-authors' ``ONO2`` (``lib/reference.py``) at the settings of ``training_vs_reference.py`` (width 64,
+authors' ``ONO2`` (``meshop.testing``) at the settings of ``training_vs_reference.py`` (width 64,
 4 layers, 4 heads, k = 16, mlp_ratio 1, linear feature attention), grouped by kind of operator,
 side by side: meshop as the authors' model (``ONO_AUTHORS``), meshop with the authors' whitening
 in its own blocks (per-head layer norms and coordinates in the linear attention, a two-layer last

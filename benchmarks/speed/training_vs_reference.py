@@ -1,8 +1,8 @@
 """Training steps of meshop against the papers' reference formulations, side by side in one process.
 
-Each configuration builds meshop's model and the reference formulation of ``lib/reference.py`` (the
+Each configuration builds meshop's model and the reference formulation of ``meshop.testing`` (the
 Galerkin Transformer authors' encoder layer, the PiT authors' model, the ONO authors' ``ONO2``, the
-Transolver authors' irregular-mesh model), and for PiT also the dense form of ``lib/reference.py``
+Transolver authors' irregular-mesh model), and for PiT also the dense form of ``meshop.testing``
 (meshop's weights on ``[B, N, C]`` tensors), on the same inputs. A training step is forward, loss,
 backward and an Adam step (the Transolver's ``inference`` rows: a forward pass in evaluation mode
 without gradients). The implementations are timed interleaved (one step of each in turn,

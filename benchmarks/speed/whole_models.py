@@ -35,7 +35,6 @@ from benchmarks.lib.common import (
     skip_note,
     write_results,
 )
-from benchmarks.lib.reference import dense_inputs, dense_pit
 from benchmarks.lib.settings import (
     ELASTICITY_NODES,
     PIT_BLOCKS,
@@ -46,6 +45,7 @@ from benchmarks.lib.settings import (
     PIT_WIDTH,
 )
 from benchmarks.lib.workloads import batch_of, build_model, samples
+from meshop.testing import dense_inputs, dense_pit
 
 MODELS = ("PiT", "Galerkin Transformer", "ONO")
 #: dense matrices held at the peak per B * N * N_latent entries, before any dense case measured it

@@ -1,4 +1,4 @@
-"""The benchmarks' Transolver reference (``benchmarks/lib/reference.py``) is the authors'
+"""The Transolver reference of :mod:`meshop.testing` is the authors'
 irregular-mesh model: meshop's Transolver with the same weights computes it (with the authors'
 ``1e-5`` in the slice norms left out), and, when a clone of the authors' repository is given
 (``MESHOP_TRANSOLVER_CLONE=/path/to/Transolver``), so does their own ``Model``."""
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from benchmarks.lib.authors import transolver_class
-from benchmarks.lib.reference import PhysicsAttentionReference, TransolverReference, dense_inputs
 from benchmarks.lib.workloads import batch_of, samples
 from benchmarks.speed import training_vs_reference
 from meshop.models import Transolver
+from meshop.testing import PhysicsAttentionReference, TransolverReference, dense_inputs
 
 SIZES = dict(width=16, layers=2, heads=4, slices=5, mlp_ratio=2)
 IN_CHANNELS = 2 + 42  # coordinates and the Elasticity-like parameters of the workload

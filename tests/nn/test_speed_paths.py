@@ -10,8 +10,9 @@ import torch
 
 import meshop.nn.head_attention as head_module
 import meshop.nn.orthogonal_attention as orthogonal_module
-from benchmarks.lib import reference, training_steps
+from benchmarks.lib import training_steps
 from benchmarks.speed import profile_ono, profile_pit, training_vs_reference
+from meshop import testing as reference
 from meshop.data.neighbors import equal_sizes, sample_slices
 from meshop.nn import (
     FourierAttention,

@@ -1,8 +1,11 @@
-"""The reference formulations meshop is timed against, written densely as the papers' code does.
+"""Reference forms to check layers against: the papers' published implementations, written
+densely as their code computes them.
 
 These are not meshop's layers: they are the published implementations' ways of computing the same
-operators, re-expressed here in a few lines each so that the speed comparison
-(``benchmarks/speed/training_vs_reference.py``) runs both in one process on the same inputs.
+operators, re-expressed here in a few lines each on dense ``[B, N, C]`` tensors. The tests check
+meshop's layers and models against them (with the same weights, meshop computes what they
+compute), and the speed benchmarks (``benchmarks/speed/training_vs_reference.py``) time both in
+one process on the same inputs. Nothing in meshop imports this module.
 
 - :class:`GalerkinReferenceLayer`: the Galerkin Transformer authors' encoder layer (their
   ``SimpleAttention`` + feed-forward): features as dense ``[B, n, d]``; Q, K, V by ``nn.Linear``,
@@ -39,7 +42,7 @@ operators, re-expressed here in a few lines each so that the speed comparison
   equal to the authors' model when a clone of their repository is given.
 - :func:`dense_pit`: meshop's PiT (its modules and weights) evaluated as the PiT authors' code
   evaluates theirs, on ``[B, N, C]`` tensors: full distance matrices, ``torch.quantile`` masks,
-  softmax and einsum (``speed/whole_models.py`` checks that it agrees with meshop's PiT).
+  softmax and einsum (``benchmarks/speed/whole_models.py`` checks that it agrees with meshop's PiT).
 """
 
 from __future__ import annotations
@@ -49,8 +52,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-from benchmarks.lib.settings import ELASTICITY_PARAMS
 
 _FLOAT32_MAX = torch.finfo(torch.float32).max
 
@@ -435,14 +436,17 @@ def dense_pit(model, pos, features, latent_pos):
 
 
 def dense_inputs(batch, size: int):
-    """The batch as the dense code takes it: [B, N, D] positions, features, latent positions."""
+    """A batch of ``size`` samples with equal node counts as the dense code takes it: ``[B, N, D]``
+    positions, ``[B, N, C]`` node features (coordinates, input fields, parameters) and
+    ``[B, N_latent, D]`` latent positions."""
     from meshop.data import latent_nodes, node_features
 
     latent_pos, _ = latent_nodes(batch)
+    dim = batch.pos.shape[-1]
     return (
-        batch.pos.view(size, -1, 2),
-        node_features(batch).view(size, -1, 2 + ELASTICITY_PARAMS),
-        latent_pos.view(size, -1, 2),
+        batch.pos.view(size, -1, dim),
+        node_features(batch).view(size, batch.pos.shape[0] // size, -1),
+        latent_pos.view(size, -1, dim),
     )
 
 
