@@ -1,13 +1,8 @@
-"""Run every speed and memory benchmark, one after the other, and collect their tables.
+"""Run every speed and memory benchmark of :data:`SCRIPTS` with the same options, one after the
+other, then draw the figures; the tables also go together into ``all.md``.
 
     python -m benchmarks.run_all            # the full run (9 min 23 s on the 2-core CPU)
     python -m benchmarks.run_all --quick    # smoke test of every script
-
-The options are passed to every benchmark (``--threads``, ``--max-gb``, ``--device``,
-``--timeout``, ``--out``). The tables land in ``benchmarks/results/`` (one Markdown and one JSON
-file per benchmark), together in ``benchmarks/results/all.md``, and the figures of
-``python -m benchmarks.report.figures`` beside them. The accuracy table (an hour) is not part of
-this run: ``python -m benchmarks.accuracy.model_table``.
 """
 
 from __future__ import annotations

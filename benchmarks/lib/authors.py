@@ -1,16 +1,8 @@
 """The authors' public models, imported at run time from local clones of their repositories (never
-copied here), and an adapter that lets meshop's training loop train them.
-
-- :func:`transolver_class`: ``Model`` of ``PDE-Solving-StandardBenchmark/model/
-  Transolver_Irregular_Mesh.py`` of https://github.com/thuml/Transolver (Wu et al. 2024).
-- :func:`ono_class`: ``ONO2`` of ``ONOmodel2.py`` of https://github.com/xzppp/ONO (Xiao et al.
-  2024).
-
-Their modules import a few packages they do not use in these models: timm only for a
-truncated-normal initialisation (torch's ``nn.init.trunc_normal_`` is the same function), and the
-ONO module the attention packages of its other ``attn_type`` options (performer, Nyström, reformer,
-Linformer). Where such a package is not installed, an empty stand-in is put in its place; the ONO's
-default ``attn_type=None`` needs the real ``linear-attention-transformer`` package, and einops.
+copied here): the Transolver's irregular-mesh ``Model`` (https://github.com/thuml/Transolver) and
+ONO's ``ONO2`` (https://github.com/xzppp/ONO), and an adapter that lets meshop's trainer train them.
+The packages their modules import but these models never call (timm for a truncated-normal
+initialisation, the ONO module's other attention packages) get empty stand-ins where missing.
 """
 
 from __future__ import annotations
@@ -25,12 +17,17 @@ from torch import nn
 
 from meshop.data.batching import num_samples
 
-TRANSOLVER_REPO = "https://github.com/thuml/Transolver"
-TRANSOLVER_FILE = Path("PDE-Solving-StandardBenchmark/model/Transolver_Irregular_Mesh.py")
-ONO_REPO = "https://github.com/xzppp/ONO"
-ONO_FILE = Path("ONOmodel2.py")
+#: each model's repository, the file of the model there and the folder its imports start from
+REPOS = {
+    "Transolver": ("https://github.com/thuml/Transolver", "PDE-Solving-StandardBenchmark/model/"
+                   "Transolver_Irregular_Mesh.py", "PDE-Solving-StandardBenchmark"),
+    "ONO": ("https://github.com/xzppp/ONO", "ONOmodel2.py", "."),
+}  # fmt: skip
 #: packages the authors' modules import but these models never call, with the names they import
 UNUSED = {
+    "timm": (),
+    "timm.models": (),
+    "timm.models.layers": ("trunc_normal_",),  # torch's nn.init.trunc_normal_ is the same
     "performer_pytorch": ("SelfAttention",),
     "nystrom_attention": ("NystromAttention",),
     "reformer_pytorch": ("LSHSelfAttention",),
@@ -47,33 +44,12 @@ def _installed(package: str) -> bool:
     return package in sys.modules or importlib.util.find_spec(package) is not None
 
 
-def _stand_in_timm() -> None:
-    if not _installed("timm"):
-        layers = types.ModuleType("timm.models.layers")
-        layers.trunc_normal_ = nn.init.trunc_normal_
-        for name, module in (("timm", None), ("timm.models", None), ("timm.models.layers", layers)):
-            sys.modules.setdefault(name, module or types.ModuleType(name))
-
-
-def _stand_in(package: str, names: tuple[str, ...]) -> None:
-    if not _installed(package):
-        module = types.ModuleType(package)
-        for name in names:
-            setattr(module, name, None)
-        sys.modules.setdefault(package, module)
-
-
-def _require(package: str, pip_name: str, model: str) -> None:
-    if not _installed(package):
-        raise AuthorsCodeMissing(
-            f"the authors' {model} imports the package {package!r}, which is not installed: "
-            f"pip install {pip_name}"
-        )
-
-
-def _check_clone(clone: Path | None, file: Path, model: str, option: str, repo) -> None:
-    """A clear message, before anything else is checked, when no clone is given or ``clone``
-    lacks the authors' ``file``."""
+def _load(clone: Path | None, model: str, option: str, needs: dict[str, str]):
+    """The module of ``model``'s file in ``clone``, imported with its folder of imports on the
+    path, after checking that the clone has it and that the packages ``needs`` (import name: pip
+    name) are installed, and putting empty stand-ins in place of the :data:`UNUSED` packages
+    that are missing."""
+    repo, file, root = REPOS[model]
     if clone is None:
         raise AuthorsCodeMissing(
             f"no clone of the {model} authors' repository given: pass {option} /path/to/clone "
@@ -84,16 +60,21 @@ def _check_clone(clone: Path | None, file: Path, model: str, option: str, repo) 
         raise AuthorsCodeMissing(
             f"{option} {clone}: no {file} there; pass the root of a clone of {repo}"
         )
-
-
-def _load(clone: Path | None, file: Path, root: Path, name: str, model: str, option: str, repo):
-    """The module ``clone/file`` imported with ``clone/root`` on the path (their imports)."""
-    _check_clone(clone, file, model, option, repo)
-    path = Path(clone).expanduser() / file
+    for package, pip_name in needs.items():
+        if not _installed(package):
+            raise AuthorsCodeMissing(
+                f"the authors' {model} imports the package {package!r}, which is not installed: "
+                f"pip install {pip_name}"
+            )
+    missing = [p for p in UNUSED if not _installed(p.split(".")[0])]
+    for package in missing:  # empty stand-ins
+        module = sys.modules.setdefault(package, types.ModuleType(package))
+        for name in UNUSED[package]:
+            setattr(module, name, nn.init.trunc_normal_ if name == "trunc_normal_" else None)
     search = str(Path(clone).expanduser() / root)
     sys.path.insert(0, search)
     try:
-        spec = importlib.util.spec_from_file_location(name, path)
+        spec = importlib.util.spec_from_file_location(f"authors_{model.lower()}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
@@ -104,28 +85,14 @@ def _load(clone: Path | None, file: Path, root: Path, name: str, model: str, opt
 def transolver_class(clone: Path | None, option: str = "--transolver-dir") -> type[nn.Module]:
     """The Transolver authors' irregular-mesh ``Model`` (called as ``model(pos, fields)`` on
     ``[B, N, C]`` tensors), imported from ``clone``."""
-    _check_clone(clone, TRANSOLVER_FILE, "Transolver", option, TRANSOLVER_REPO)
-    _require("einops", "einops", "Transolver")
-    _stand_in_timm()
-    root = TRANSOLVER_FILE.parts[0]
-    module = _load(
-        clone, TRANSOLVER_FILE, Path(root), "authors_transolver", "Transolver", option,
-        TRANSOLVER_REPO,
-    )  # fmt: skip
-    return module.Model
+    return _load(clone, "Transolver", option, {"einops": "einops"}).Model
 
 
 def ono_class(clone: Path | None, option: str = "--ono-dir") -> type[nn.Module]:
     """The ONO authors' ``ONO2`` (called as ``model(pos, field)`` on ``[B, N, C]`` tensors, one
     input field), imported from ``clone``."""
-    _check_clone(clone, ONO_FILE, "ONO", option, ONO_REPO)
-    _require("einops", "einops", "ONO")
-    _require("linear_attention_transformer", "linear-attention-transformer", "ONO")
-    _stand_in_timm()
-    for package, names in UNUSED.items():
-        _stand_in(package, names)
-    module = _load(clone, ONO_FILE, Path("."), "authors_ono", "ONO", option, ONO_REPO)
-    return module.ONO2
+    needs = {"einops": "einops", "linear_attention_transformer": "linear-attention-transformer"}
+    return _load(clone, "ONO", option, needs).ONO2
 
 
 class DenseModel(nn.Module):

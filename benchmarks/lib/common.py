@@ -1,21 +1,11 @@
-"""What every benchmark shares: one fresh process per case, its time and peak memory, the tables.
+"""What every benchmark shares: one fresh process per case, its time and peak memory, the tables and
+the result files (docs/benchmarks.md, "How it is measured", describes the measurement).
 
-Each case runs in a new process (forked from a server that imported torch and meshop once), so
-that one case's memory never hides in another's. The process builds its inputs and calls the
-case's step; a step faster than ``min_time`` is called once more first (lazy initialisations), and
-its memory and time are then measured warm:
-
-- peak memory on CPU is the kernel's resident-set high-water mark (``VmHWM``) during the call
-  minus the resident set just before it: the inputs and the imported libraries are not counted.
-  The high-water mark is reset before the call by writing ``5`` to ``/proc/self/clear_refs``.
-- peak memory on CUDA is ``torch.cuda.max_memory_allocated()`` during the call minus the memory
-  allocated before it.
-- time is the fastest of the repeated calls (the machine is shared: the minimum is the least
-  noisy); a step that takes longer than ``min_time`` is called, measured and timed once, unless
-  the case asks for a warm measurement (training steps: the first call searches neighbours that
-  every later epoch reuses), which times a second call and reports the larger peak of the two.
-
-Comparisons are measured side by side in one run and reported as ratios.
+Each case runs in a new process forked from a server that imported torch and meshop once. A step
+faster than ``min_time`` is called once more first and measured warm; peak memory is the
+resident-set high-water mark during the call less the resident set before it (``/proc`` resets
+the mark), on CUDA ``torch.cuda.max_memory_allocated()`` less the memory before; time is the
+fastest of the repeated calls.
 """
 
 from __future__ import annotations
@@ -36,7 +26,7 @@ from pathlib import Path
 #: the repository root, where the entry points run as ``python -m benchmarks.<folder>.<name>``
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
-#: markers around the measured part of a result file, which docs/benchmarks.md includes with
+#: markers around the measured part of a result file, which the docs include with
 #: pymdownx.snippets (``--8<-- "benchmarks/results/<name>.md:results"``)
 SECTION_START = "<!-- --8<-- [start:results] -->"
 SECTION_END = "<!-- --8<-- [end:results] -->"
@@ -44,40 +34,27 @@ MB = 2**20
 GB = 2**30
 
 
-def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The options every benchmark script takes."""
+def parser(description: str, quick="tiny sizes only (a smoke test)", threads=True):
+    """A parser with the options of every entry point: ``--quick``, ``--threads``, ``--out``."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument(
-        "--quick", action="store_true", help="tiny sizes only (a smoke test of a few seconds)"
-    )
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads in every case (default: 1)"
-    )
-    parser.add_argument(
-        "--device",
-        choices=["auto", "cpu", "cuda"],
-        default="auto",
-        help="auto: CPU, plus CUDA columns when a GPU is available",
-    )
-    parser.add_argument(
-        "--max-gb",
-        type=float,
-        default=8.0,
-        help="skip a dense reference case whose estimated memory exceeds this (default: 8)",
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=600.0, help="seconds allowed to one case (default: 600)"
-    )
-    parser.add_argument(
-        "--min-time",
-        type=float,
-        default=None,
-        help="repeat a quick case until this many seconds are spent (default: 1, --quick: 0.05)",
-    )
-    parser.add_argument(
-        "--out", type=Path, default=RESULTS, help=f"folder of the result files (default: {RESULTS})"
-    )
-    args = parser.parse_args(argv)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    if threads:
+        parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
+    return parser
+
+
+def parse_args(description: str, argv=None, more: Callable | None = None) -> argparse.Namespace:
+    """The options of the scripts whose cases run in fresh processes (``more(parser)``: more)."""
+    p = parser(description)
+    add = p.add_argument
+    add("--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: CUDA if present")
+    add("--max-gb", type=float, default=8.0, help="skip a dense case estimated above this")
+    add("--timeout", type=float, default=600.0, help="seconds allowed to one case")
+    add("--min-time", type=float, default=None, help="repeat a quick case this many seconds")
+    if more is not None:
+        more(p)
+    args = p.parse_args(argv)
     if args.min_time is None:
         args.min_time = 0.05 if args.quick else 1.0
     return args
@@ -94,41 +71,21 @@ def devices(args: argparse.Namespace) -> list[str]:
     return [args.device]
 
 
-def _status_mb(key: str) -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024  # kB
-    raise RuntimeError(f"/proc/self/status has no {key}")
-
-
-def _max_rss_mb() -> float:
-    """The process's peak resident set (MB) where /proc is missing (macOS reports bytes)."""
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / MB if sys.platform == "darwin" else peak / 1024
-
-
-def _reset_peak_rss() -> float:
-    """Reset the resident-set high-water mark; return the resident set now (MB).
-
-    Without ``/proc`` (not Linux) the mark cannot be reset: the peak is then measured from the
-    process's peak so far, which is exact when the step needs more memory than building its
-    inputs did, and an underestimate otherwise."""
+def _rss_mb(key: str, reset: bool = False) -> float:
+    """``VmRSS`` or ``VmHWM`` (MB) of this process, after resetting the high-water mark with
+    ``reset``; without ``/proc``, the peak so far (macOS reports bytes), which underestimates a
+    step that needs less than building its inputs did."""
     try:
-        with open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")
-        return _status_mb("VmRSS")
+        if reset:
+            with open("/proc/self/clear_refs", "w") as clear_refs:
+                clear_refs.write("5")
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) / 1024 for line in status if line[:6] == key + ":")
     except OSError:
-        return _max_rss_mb()
+        import resource
 
-
-def _peak_rss() -> float:
-    try:
-        return _status_mb("VmHWM")
-    except OSError:
-        return _max_rss_mb()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / MB if sys.platform == "darwin" else peak / 1024
 
 
 def measure(
@@ -141,24 +98,23 @@ def measure(
 
     cuda = device == "cuda"
 
-    def call() -> tuple[float, float]:
-        """(seconds, peak MB above the memory before the call) of one call."""
+    def call() -> tuple[float, float, float]:
+        """(seconds, peak MB above the memory before the call, peak MB) of one call."""
         gc.collect()
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated() / MB
         else:
-            base = _reset_peak_rss()
+            base = _rss_mb("VmRSS", reset=True)
         start = time.perf_counter()
         step()
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        peak = torch.cuda.max_memory_allocated() / MB if cuda else _peak_rss()
+        peak = torch.cuda.max_memory_allocated() / MB if cuda else _rss_mb("VmHWM")
         return seconds, peak - base, peak
 
-    # a quick step is called once first (lazy initialisations), then measured warm
     seconds, first_peak, first_total = call()
     times = []
     if warm or seconds < min_time:
@@ -170,8 +126,9 @@ def measure(
             peak, total = first_peak, first_total
     else:
         peak, total = first_peak, first_total
+    timed = min(times) if times else seconds
     return {
-        "time_s": min(times) if times else seconds,
+        "time_s": timed,
         "calls_timed": max(len(times), 1),
         "peak_mb": peak,
         "total_peak_mb": total,
@@ -184,8 +141,7 @@ def _worker(conn, prepare, params, device, threads, min_time, max_repeats, warm=
     gc.freeze()  # the imported modules' objects: keeps the collections in measure() quick
     torch.set_num_threads(threads)
     try:
-        step = prepare(device=device, **params)
-        result = measure(step, device, min_time, max_repeats, warm)
+        result = measure(prepare(device=device, **params), device, min_time, max_repeats, warm)
     except (RuntimeError, MemoryError) as exc:  # out of memory, mostly
         result = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
     conn.send(result)
@@ -197,11 +153,9 @@ PRELOAD = ["torch", "torch_geometric", "torch_cluster", "meshop", "meshop.nn", "
 
 
 def _context():
-    """Processes forked from a server that imported torch and meshop once (``forkserver``).
-
-    Freed blocks of 64 kB and more go back to the system at once
-    (``MALLOC_MMAP_THRESHOLD_``), so that a warm call's peak is not hidden in memory the
-    allocator kept from an earlier call."""
+    """Processes forked from a server that imported torch and meshop once; freed blocks of 64 kB
+    and more go back to the system at once (``MALLOC_MMAP_THRESHOLD_``), so that a warm call's
+    peak is not hidden in memory the allocator kept from an earlier call."""
     ctx = mp.get_context("forkserver")
     if not getattr(_context, "started", False):
         os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
@@ -210,23 +164,10 @@ def _context():
     return ctx
 
 
-def run_cli_case(
-    prepare: Callable[..., Callable[[], object]],
-    params: dict,
-    device: str,
-    args,
-    warm: bool = False,
-) -> dict:
+def run_cli_case(prepare: Callable, params: dict, device: str, args, warm: bool = False) -> dict:
     """:func:`run_case` with the options every script takes from its command line."""
-    return run_case(
-        prepare,
-        params,
-        device=device,
-        threads=args.threads,
-        timeout=args.timeout,
-        min_time=args.min_time,
-        warm=warm,
-    )
+    options = dict(threads=args.threads, timeout=args.timeout, min_time=args.min_time, warm=warm)
+    return run_case(prepare, params, device=device, **options)
 
 
 def run_case(
@@ -240,27 +181,22 @@ def run_case(
     max_repeats: int = 5,
     warm: bool = False,
 ) -> dict:
-    """Measure ``prepare(device=device, **params)()`` in a fresh process (see the module docstring).
-
-    ``prepare`` must be a module-level function; it builds the inputs and returns the step.
-    Returns ``time_s``, ``peak_mb`` (peak minus before the call), ``total_peak_mb`` and
-    ``calls_timed``, or ``error`` when the case failed, was killed or ran out of time. ``warm``
+    """Measure ``prepare(device=device, **params)()`` in a fresh process (see the module
+    docstring). ``prepare`` is a module-level function that builds the inputs and returns the
+    step. Returns ``time_s``, ``peak_mb`` (peak less before the call), ``total_peak_mb`` and
+    ``calls_timed``, or ``error`` when the case failed, was killed or ran out of time; ``warm``
     times every step after a first call (a training step, whose first call searches the
-    neighbours that later epochs reuse).
-    """
+    neighbours that later epochs reuse)."""
     ctx = _context()
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(
-        target=_worker,
-        args=(send, prepare, params, device, threads, min_time, max_repeats, warm),
-    )
+    args = (send, prepare, params, device, threads, min_time, max_repeats, warm)
+    proc = ctx.Process(target=_worker, args=args)
     proc.start()
     send.close()
     try:
-        if recv.poll(timeout):
-            result = recv.recv()
-        else:
-            result = {"error": f"timed out after {timeout:.0f} s"}
+        result = (
+            recv.recv() if recv.poll(timeout) else {"error": f"timed out after {timeout:.0f} s"}
+        )
     except EOFError:
         result = None
     proc.join(10)
@@ -272,28 +208,89 @@ def run_case(
     return result
 
 
+def run_process(argv: Sequence[str], env=None, timeout=math.inf, sample=None) -> dict:
+    """Run ``argv`` in a new process: its ``exit_code``, wall ``seconds``, ``peak_mb`` (its
+    resident-set high-water mark, from ``wait4``), ``output`` (stdout and stderr) and, with
+    ``sample(pid)`` (bytes, called every 0.2 s while it runs), ``sampled_peak_mb``. A process
+    still running after ``timeout`` seconds is killed."""
+    import subprocess
+    import threading
+
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output, sampled, done = [], [0], threading.Event()
+    threads = [threading.Thread(target=lambda: output.append(proc.stdout.read()), daemon=True)]
+
+    def watch() -> None:
+        while not done.is_set():
+            sampled[0] = max(sampled[0], sample(proc.pid))
+            done.wait(0.2)
+
+    if sample is not None:
+        threads.append(threading.Thread(target=watch, daemon=True))
+    for thread in threads:
+        thread.start()
+    while not (finished := os.wait4(proc.pid, os.WNOHANG))[0]:
+        if time.perf_counter() > start + timeout:
+            proc.kill()
+            finished = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(finished[1])
+    done.set()
+    for thread in threads:
+        thread.join(10)
+    result = {
+        "exit_code": proc.returncode,
+        "seconds": time.perf_counter() - start,
+        "peak_mb": finished[2].ru_maxrss * 1024 / MB,  # Linux: kilobytes
+        "output": output[0].decode(errors="replace") if output else "",
+    }
+    if sample is not None:
+        result["sampled_peak_mb"] = sampled[0] / MB
+    return result
+
+
 def dense_estimate(
     records: list[dict], key: dict, elements: int, default_k: float
 ) -> tuple[float, float]:
     """Estimated peak memory (GB) of a dense case with ``elements`` = N_dst * N_src entries in its
     matrix: ``elements * 4 bytes * k``, with ``k`` measured on the largest dense case of the same
     ``key`` that ran (``default_k`` before any ran). Returns ``(GB, k)``."""
-    ran = [
-        r
-        for r in records
-        if all(r.get(name) == value for name, value in key.items())
-        and "peak_mb" in r
-        and r["elements"] >= 2**20
-    ]
-    k = default_k
-    if ran:
-        largest = max(ran, key=lambda r: r["elements"])
-        k = largest["peak_mb"] * MB / (largest["elements"] * 4)
+    ran = [r for r in records if r.items() >= key.items() and r.get("elements", 0) >= 2**20]
+    largest = max((r for r in ran if "peak_mb" in r), key=lambda r: r["elements"], default=None)
+    k = default_k if largest is None else largest["peak_mb"] * MB / (largest["elements"] * 4)
     return elements * 4 * k / GB, k
 
 
-def skip_note(gb: float, k: float, limit: float) -> str:
-    return f"skipped: would need {gb:.1f} GB > {limit:g} GB (estimated N_dst*N_src*4 bytes*{k:.1f})"
+def skip_dense(
+    records: list[dict], record: dict, key: Sequence[str], default_k: float, args, size: str
+) -> bool:
+    """Whether ``record`` (a dense case on CPU) is skipped because its estimated memory
+    (:func:`dense_estimate` over the records of the same ``key`` fields, ``size`` the entries of
+    its matrix, as the note writes them) is above ``--max-gb``; a skipped record gets the reason
+    and, unless its size is ``B*n^2``, the estimate."""
+    gb, k = dense_estimate(records, {f: record[f] for f in key}, record["elements"], default_k)
+    if record["device"] != "cpu" or gb <= args.max_gb:
+        return False
+    record["skipped"] = (
+        f"skipped: would need {gb:.1f} GB > {args.max_gb:g} GB (estimated {size}*4 bytes*{k:.1f})"
+    )
+    if size != "B*n^2":
+        record["estimated_peak_mb"] = gb * 1024
+    return True
+
+
+def operator_groups(events, groups: dict, other: str, steps: int) -> dict[str, float]:
+    """Self CPU seconds per step of the profiler's ``events`` in each of ``groups`` (name:
+    operator-name fragments; the first group with a fragment in an operator's lowercase name
+    takes it) and in ``other``."""
+    seconds = dict.fromkeys([*groups, other], 0.0)
+    for event in events:
+        name = event.key.lower()
+        group = next((g for g, parts in groups.items() if any(p in name for p in parts)), other)
+        seconds[group] += event.self_cpu_time_total / steps / 1e6
+    return seconds
 
 
 def machine() -> dict:
@@ -324,9 +321,7 @@ def fmt_time(seconds: float | None) -> str:
         return "-"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s"
+    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def fmt_mb(mb: float | None) -> str:
@@ -334,9 +329,7 @@ def fmt_mb(mb: float | None) -> str:
         return "-"
     if mb >= 1024**2:
         return f"{mb / 1024**2:.1f} TB"
-    if mb >= 1024:
-        return f"{mb / 1024:.2f} GB"
-    return f"{max(mb, 0.0):.1f} MB"
+    return f"{mb / 1024:.2f} GB" if mb >= 1024 else f"{max(mb, 0.0):.1f} MB"
 
 
 def fmt_ratio(numerator: float | None, denominator: float | None) -> str:
@@ -344,16 +337,6 @@ def fmt_ratio(numerator: float | None, denominator: float | None) -> str:
     if numerator is None or denominator is None or denominator <= 0:
         return "-"
     return f"{numerator / denominator:.1f}x"
-
-
-def memory_ratio(dense_mb: float | None, ours_mb: float | None) -> str:
-    """Like :func:`fmt_ratio`; a meshop peak below 1 MB (the resolution that matters) counts as
-    1 MB and the ratio is shown as a lower bound."""
-    if dense_mb is None or ours_mb is None:
-        return "-"
-    if ours_mb < 1.0:
-        return f">{dense_mb:.0f}x"
-    return fmt_ratio(dense_mb, ours_mb)
 
 
 def fmt_count(n: int) -> str:
@@ -371,20 +354,19 @@ def growth_exponent(
     earlier = [
         r
         for r in records
-        if all(r.get(key) == record.get(key) for key in same)
-        and r["n"] < record["n"]
-        and field in r
+        if all(r.get(k) == record.get(k) for k in same) and r["n"] < record["n"] and field in r
     ]
-    if not earlier or record.get(field, 0) <= 0:
-        return "-"
-    previous = max(earlier, key=lambda r: r["n"])
-    if previous[field] <= 0:
+    previous = max(earlier, key=lambda r: r["n"], default=None)
+    if previous is None or record.get(field, 0) <= 0 or previous[field] <= 0:
         return "-"
     ratio = math.log(record[field] / previous[field])
     return f"{ratio / math.log(record['n'] / previous['n']):.2f}"
 
 
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+def markdown_table(headers: Sequence[str] | str, rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table; ``headers`` a sequence or one string of headers separated by ``|``."""
+    if isinstance(headers, str):
+        headers = headers.split("|")
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -392,9 +374,12 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
 
 def result_of(record: dict | None, field: str) -> float | None:
     """A measured field of a record, None when the case was skipped or failed."""
-    if record is None:
-        return None
-    return record.get(field)
+    return None if record is None else record.get(field)
+
+
+def notes_of(record: dict) -> str:
+    """Why a case has no measurement: its skip note or error (empty when measured)."""
+    return record.get("skipped") or record.get("error", "")
 
 
 def comparison_table(
@@ -404,45 +389,71 @@ def comparison_table(
     dense reference, time, peak memory and their ratios (dense / meshop), and why a case is
     missing."""
     selected = [r for r in records if all(r.get(k) == v for k, v in match.items())]
-    sizes = list(dict.fromkeys(tuple(r[f] for f in size_fields) for r in selected))
     rows = []
-    for size in sizes:
+    for size in dict.fromkeys(tuple(r[f] for f in size_fields) for r in selected):
         found = {r["impl"]: r for r in selected if tuple(r[f] for f in size_fields) == size}
         ours, dense = found.get("meshop"), found.get("dense")
         notes = [
-            f"{impl}: {r.get('skipped') or r.get('error')}"
+            f"{impl}: {notes_of(r)}"
             for impl, r in (("meshop", ours), ("dense", dense))
-            if r is not None and (r.get("skipped") or r.get("error"))
+            if r is not None and notes_of(r)
         ]
         dense_memory = fmt_mb(result_of(dense, "peak_mb"))
         if dense is not None and "estimated_peak_mb" in dense:
             dense_memory = f"({fmt_mb(dense['estimated_peak_mb'])} est.)"
+        ours_mb, dense_mb = result_of(ours, "peak_mb"), result_of(dense, "peak_mb")
+        memory = fmt_ratio(dense_mb, ours_mb)
+        if dense_mb is not None and ours_mb is not None and ours_mb < 1.0:
+            memory = f">{dense_mb:.0f}x"  # a peak below 1 MB counts as 1 MB: a lower bound
         rows.append(
             [
-                *(
-                    fmt_count(v) if isinstance(v, int) and not isinstance(v, bool) else v
-                    for v in size
-                ),
+                *(fmt_count(v) if type(v) is int else v for v in size),
                 fmt_time(result_of(ours, "time_s")),
                 fmt_time(result_of(dense, "time_s")),
                 fmt_ratio(result_of(dense, "time_s"), result_of(ours, "time_s")),
-                fmt_mb(result_of(ours, "peak_mb")),
+                fmt_mb(ours_mb),
                 dense_memory,
-                memory_ratio(result_of(dense, "peak_mb"), result_of(ours, "peak_mb")),
+                memory,
                 "; ".join(notes),
             ]
         )
-    headers = [
-        *size_headers,
-        "meshop time",
-        "dense time",
-        "speed-up",
-        "meshop memory",
-        "dense memory",
-        "memory ratio",
-        "notes",
-    ]
+    headers = "meshop time|dense time|speed-up|meshop memory|dense memory|memory ratio|notes"
+    return markdown_table([*size_headers, *headers.split("|")], rows)
+
+
+def scaling_table(records: list[dict], device: str, key: str, labels: dict, headers: str) -> str:
+    """One row per record of ``device``: what it measured (``labels[record[key]]``), N, time and
+    peak memory, and the growth exponents from the same case's next smaller N of the time and,
+    where ``headers`` has a column for it, of the memory."""
+    same, rows = ("device", key), []
+    for r in (r for r in records if r["device"] == device):
+        row = [labels[r[key]], fmt_count(r["n"]), fmt_time(result_of(r, "time_s"))]
+        row += [growth_exponent(records, r, same=same), fmt_mb(result_of(r, "peak_mb"))]
+        if "memory growth" in headers:
+            row.append(growth_exponent(records, r, "peak_mb", same))
+        rows.append([*row, r.get("error", "")])
     return markdown_table(headers, rows)
+
+
+def results_text(title: str, header: str, tables: dict[str, str]) -> str:
+    """A result file's Markdown: the title, then between the ``results`` markers the header line
+    and every table under its caption (none when empty)."""
+    parts = [f"## {title}", "", SECTION_START, header, ""]
+    for caption, table in tables.items():
+        parts += [f"### {caption}", "", table, ""] if caption else [table, ""]
+    return "\n".join([*parts, SECTION_END, ""])
+
+
+def write_text(out: Path, name: str, text: str, data: dict | None = None, echo=True) -> Path:
+    """Write ``<out>/<name>.md`` (printed too) and, with ``data``, ``<out>/<name>.json``."""
+    if echo:
+        print(text, flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(text)
+    path = out / f"{name}.json"
+    if data is not None:
+        path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    return path
 
 
 def write_results(
@@ -462,19 +473,26 @@ def write_results(
         + (f", GPU {info['gpu']}" if "gpu" in info else ", no GPU")
         + "."
     )
-    parts = [f"## {title}", "", SECTION_START, header, ""]
-    for caption, table in tables.items():
-        parts += [f"### {caption}", "", table, ""]
-    parts += [SECTION_END, ""]
-    text = "\n".join(parts)
-    print(text, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
     if args.threads != 1:  # the one-thread tables stay; e.g. models_2threads.md next to them
         name = f"{name}_{args.threads}threads"
-    (args.out / f"{name}.md").write_text(text)
-    path = args.out / f"{name}.json"
-    path.write_text(json.dumps({"machine": info, "records": records}, indent=1) + "\n")
-    return path
+    text = results_text(title, header, tables)
+    return write_text(args.out, name, text, {"machine": info, "records": records})
+
+
+def replace_section(path: Path, name: str, text: str, check: bool = False) -> bool:
+    """Put ``text`` between the markers ``<!-- --8<-- [start:NAME] -->`` and ``[end:NAME]`` of
+    ``path`` (the README's generated tables, which the docs include as snippets); whether the
+    file changed (with ``check``: would change, and nothing is written)."""
+    start, end = f"<!-- --8<-- [start:{name}] -->", f"<!-- --8<-- [end:{name}] -->"
+    old = path.read_text()
+    i, j = old.find(start), old.find(end)
+    if i < 0 or j < i:
+        raise SystemExit(f"{path} lacks the markers {start} ... {end}: put them around the table")
+    new = f"{old[: i + len(start)]}\n{text}\n{old[j:]}"
+    if new != old and not check:
+        path.write_text(new)
+        print(f"wrote the {name} section of {path}")
+    return new != old
 
 
 # options that only say where files go: the recorded command leaves them out, so that it reruns
@@ -487,8 +505,7 @@ def rerun_args(argv: Sequence[str] | None = None) -> list[str]:
     argv = list(sys.argv[1:] if argv is None else argv)
     kept, i = [], 0
     while i < len(argv):
-        name = argv[i].split("=", 1)[0]
-        if name in WHERE_OPTIONS:
+        if argv[i].split("=", 1)[0] in WHERE_OPTIONS:
             i += 1 if "=" in argv[i] else 2
             continue
         kept.append(argv[i])
@@ -531,16 +548,14 @@ def load_results(results: Path, names: Sequence[str]) -> dict[str, dict]:
     return found
 
 
-def profile_args(argv, description: str, steps: int) -> argparse.Namespace:
-    """The options of the ``speed/profile_*.py`` scripts (``--quick``, ``--threads``, ``--steps``,
-    ``--out``), parsed, with torch set to that many threads."""
-    import torch
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
 
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=steps)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    return args
+
+def spawn_pool(jobs: int):
+    """``jobs`` worker processes, each started afresh (spawn: no copy of this process's torch
+    threads or state)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"))

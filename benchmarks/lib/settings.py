@@ -1,9 +1,5 @@
-"""The sizes that more than one benchmark uses: the entry point that measures with them and the
-report writers that quote them (``report/summary.py``, ``lib/notes.py``) read them here.
-
-The layers of ``speed/global_attention.py`` and ``speed/local_attention.py`` have PiT's defaults
-(:data:`LAYER_WIDTH`, :data:`LAYER_HEADS`).
-"""
+"""The sizes that more than one benchmark uses: the entry points that measure with them and the
+summary that quotes them read them here."""
 
 #: position-attention layers at PiT's defaults
 LAYER_WIDTH, LAYER_HEADS = 64, 2

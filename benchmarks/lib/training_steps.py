@@ -28,20 +28,26 @@ TRANSOLVER = dict(width=64, layers=4, heads=4, slices=32, mlp_ratio=1)
 GT_CHANNELS, GT_HEADS, GT_LAYERS, GT_BATCH = 96, 1, 4, 4
 
 
-def _params(module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def _trainer(net, forward):
-    """A training step: ``forward()`` returns the loss."""
+def _step(net, loss, train: bool = True) -> tuple:
+    """(a training step of ``net`` on ``loss()``, or with ``train=False`` a forward pass without
+    gradients, ``net``'s parameter count)."""
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-4)
 
     def step():
+        if not train:
+            with torch.no_grad():
+                return loss()
         optimizer.zero_grad(set_to_none=True)
-        forward().backward()
+        loss().backward()
         optimizer.step()
 
-    return step
+    return step, sum(p.numel() for p in net.parameters())
+
+
+def _relative_l2(data, batch_size: int):
+    """The per-sample relative L2 loss of a prediction on ``data``'s batch."""
+    y = data.y.view(-1, 1)
+    return lambda pred: relative_l2(pred.reshape(-1, 1), y, data.batch, batch_size)
 
 
 def galerkin_case(attention: str, n: int) -> dict:
@@ -51,9 +57,8 @@ def galerkin_case(attention: str, n: int) -> dict:
     x = torch.randn(b, n, d)
     pos = torch.linspace(0, 1, n).repeat(b, 1)[..., None]  # [B, n, 1]
     batch = torch.arange(b).repeat_interleave(n)
-    ours = torch.nn.ModuleList(
-        GalerkinEncoderLayer(d, 1, attention, heads=GT_HEADS) for _ in range(GT_LAYERS)
-    )
+    layers = (GalerkinEncoderLayer(d, 1, attention, heads=GT_HEADS) for _ in range(GT_LAYERS))
+    ours = torch.nn.ModuleList(layers)
     ref = GalerkinReferenceEncoder(d, GT_HEADS, 1, GT_LAYERS, attention)
 
     def meshop_loss():
@@ -62,37 +67,23 @@ def galerkin_case(attention: str, n: int) -> dict:
             h = layer(h, pos.view(b * n, 1), batch)
         return h.square().mean()
 
-    def reference_loss():
-        return ref(x, pos).square().mean()
-
-    return {
-        "meshop": (_trainer(ours, meshop_loss), _params(ours)),
-        "reference": (_trainer(ref, reference_loss), _params(ref)),
-    }
+    reference = _step(ref, lambda: ref(x, pos).square().mean())
+    return {"meshop": _step(ours, meshop_loss), "reference": reference}
 
 
 def pit_case(n: int, latent: int, batch_size: int) -> dict:
-    """PiT at the issue's setting: width 64, 2 heads, 4 blocks, 2 % quantile fields."""
+    """PiT at the issue's setting: width 64, 2 heads, 4 blocks, 2 % quantile fields; its dense
+    form runs meshop's weights."""
     torch.manual_seed(0)
     data = batch_of(samples(n, batch_size, latent=latent))
-    y = data.y.view(-1, 1)
     ours = build_model("PiT")
     ref = PiTReference(2 + ELASTICITY_PARAMS, 1, PIT_WIDTH, PIT_HEADS, PIT_BLOCKS)
     pos, features, latent_pos = dense_inputs(data, batch_size)
-
-    def loss(pred):
-        return relative_l2(pred.reshape(-1, 1), y, data.batch, batch_size)
-
+    loss = _relative_l2(data, batch_size)
     return {
-        "meshop": (_trainer(ours, lambda: loss(ours(data))), _params(ours)),
-        "reference": (
-            _trainer(ref, lambda: loss(ref(features, pos, latent_pos))),
-            _params(ref),
-        ),
-        "dense": (
-            _trainer(ours, lambda: loss(dense_pit(ours, pos, features, latent_pos))),
-            _params(ours),
-        ),
+        "meshop": _step(ours, lambda: loss(ours(data))),
+        "reference": _step(ref, lambda: loss(ref(features, pos, latent_pos))),
+        "dense": _step(ours, lambda: loss(dense_pit(ours, pos, features, latent_pos))),
     }
 
 
@@ -101,17 +92,12 @@ def pit_case(n: int, latent: int, batch_size: int) -> dict:
 ONO_AUTHORS_WHITENING = dict(orthonormalize="batch", value_projection=False, inner_product="sum")
 #: ... and of the authors' blocks: linear attention without per-head layer norms, coordinates or
 #: Q, K, V biases, the queries' softmax scaled by d_head^-1/2, the last stage's FFN a single linear
-#: layer: the authors' ``ONO2``
+#: layer, ``ONO2``'s one-layer lift and initialisation: the authors' ``ONO2``
 ONO_AUTHORS = dict(
-    ONO_AUTHORS_WHITENING,
-    feature_layer_norm=False,
-    feature_coordinates=False,
-    feature_qkv_bias=False,
-    feature_query_scale=True,
-    linear_decoder=True,
-    linear_encoder=True,
-    authors_init=True,
+    ONO_AUTHORS_WHITENING, feature_layer_norm=False, feature_coordinates=False, authors_init=True
 )
+ONO_AUTHORS.update(feature_qkv_bias=False, feature_query_scale=True)
+ONO_AUTHORS.update(linear_decoder=True, linear_encoder=True)
 #: the options of ``ono_case(authors=...)``
 ONO_OPTIONS = {True: ONO_AUTHORS, "whitening": ONO_AUTHORS_WHITENING, False: {}}
 
@@ -119,18 +105,8 @@ ONO_OPTIONS = {True: ONO_AUTHORS, "whitening": ONO_AUTHORS_WHITENING, False: {}}
 def ono_model(authors: bool | str):
     """meshop's ONO at the benchmark's sizes: the authors' model (``True``), the authors'
     whitening in meshop's blocks (``"whitening"``) or meshop's defaults (``False``)."""
-    return ONO(
-        3,
-        1,
-        2,
-        64,
-        layers=4,
-        k=16,
-        heads=4,
-        feature_attention="linear",
-        mlp_ratio=1,
-        **ONO_OPTIONS[authors],
-    )
+    sizes = dict(layers=4, k=16, heads=4, feature_attention="linear", mlp_ratio=1)
+    return ONO(3, 1, 2, 64, **sizes, **ONO_OPTIONS[authors])
 
 
 def ono_case(n: int, batch_size: int, grid: bool, authors: bool | str = True) -> dict:
@@ -145,19 +121,12 @@ def ono_case(n: int, batch_size: int, grid: bool, authors: bool | str = True) ->
         f = torch.randn(len(pos))
         fields.append(from_points(pos, x=f, y=torch.sin(3 * pos[:, 0]) * f))
     data = next(iter(make_loader(fields, batch_size=batch_size)))
-    count = len(fields[0].pos)
-    y = data.y.view(-1, 1)
     ours = ono_model(authors)
     ref = ONOReference(3, 1, width=64, layers=4, heads=4, psi_dim=16, mlp_ratio=1)
-    features = torch.cat([data.pos, data.x], dim=-1).view(batch_size, count, 3)
-
-    def loss(pred):
-        return relative_l2(pred.reshape(-1, 1), y, data.batch, batch_size)
-
-    return {
-        "meshop": (_trainer(ours, lambda: loss(ours(data))), _params(ours)),
-        "reference": (_trainer(ref, lambda: loss(ref(features))), _params(ref)),
-    }
+    features = torch.cat([data.pos, data.x], dim=-1).view(batch_size, len(fields[0].pos), 3)
+    loss = _relative_l2(data, batch_size)
+    reference = _step(ref, lambda: loss(ref(features)))
+    return {"meshop": _step(ours, lambda: loss(ours(data))), "reference": reference}
 
 
 def transolver_case(n: int, batch_size: int, train: bool = True) -> dict:
@@ -166,30 +135,10 @@ def transolver_case(n: int, batch_size: int, train: bool = True) -> dict:
     (``train=False``) forward passes in evaluation mode without gradients."""
     torch.manual_seed(0)
     data = batch_of(samples(n, batch_size, latent=n))
-    y = data.y.view(-1, 1)
     in_channels = 2 + ELASTICITY_PARAMS
-    ours = Transolver(in_channels, 1, 2, **TRANSOLVER)
-    ref = TransolverReference(in_channels, 1, **TRANSOLVER)
+    ours = Transolver(in_channels, 1, 2, **TRANSOLVER).train(train)
+    ref = TransolverReference(in_channels, 1, **TRANSOLVER).train(train)
     _, features, _ = dense_inputs(data, batch_size)
-
-    def loss(pred):
-        return relative_l2(pred.reshape(-1, 1), y, data.batch, batch_size)
-
-    if train:
-        return {
-            "meshop": (_trainer(ours, lambda: loss(ours(data))), _params(ours)),
-            "reference": (_trainer(ref, lambda: loss(ref(features))), _params(ref)),
-        }
-    ours.eval(), ref.eval()
-
-    def infer(forward):
-        def step():
-            with torch.no_grad():
-                forward()
-
-        return step
-
-    return {
-        "meshop": (infer(lambda: ours(data)), _params(ours)),
-        "reference": (infer(lambda: ref(features)), _params(ref)),
-    }
+    loss = _relative_l2(data, batch_size) if train else lambda pred: pred
+    reference = _step(ref, lambda: loss(ref(features)), train)
+    return {"meshop": _step(ours, lambda: loss(ours(data)), train), "reference": reference}

@@ -1,11 +1,6 @@
 """Galerkin, linear, Fourier and softmax attention against the number of nodes n, the shape of the
-Galerkin Transformer paper's Table 1 on CPU.
-
-One attention layer of meshop (the Burgers setting of the paper: 96 channels, one head, the
-coordinate appended, batch 4), forward + backward of a loss, at growing n: Galerkin, linear and
-Fourier attention form a d x d matrix first (linear in n; Fourier's (Q K^T) V of eq. (5) is
-computed as Q (K^T V), the same numbers up to rounding), softmax attention works with n x n
-scores (quadratic in n, through fused scaled-dot-product attention).
+Galerkin Transformer paper's Table 1 on CPU: one layer in the paper's Burgers setting, forward +
+backward of a loss.
 
     python -m benchmarks.speed.attention_cost            # full table (a minute or two on one core)
     python -m benchmarks.speed.attention_cost --quick    # smoke test
@@ -13,23 +8,12 @@ scores (quadratic in n, through fused scaled-dot-product attention).
 
 from __future__ import annotations
 
-from benchmarks.lib.common import (
-    dense_estimate,
-    devices,
-    fmt_mb,
-    fmt_time,
-    growth_exponent,
-    markdown_table,
-    parse_args,
-    progress,
-    result_of,
-    run_cli_case,
-    skip_note,
-    write_results,
-)
+import torch
+
+from benchmarks.lib import common
+from meshop import nn as mnn
 
 CHANNELS, HEADS, BATCH = 96, 1, 4  # Galerkin Transformer, Burgers (Table 5)
-ATTENTIONS = ("galerkin", "linear", "fourier", "softmax")
 NAMES = {
     "galerkin": "GalerkinAttention",
     "linear": "LinearAttention",
@@ -44,10 +28,6 @@ MAX_QUADRATIC_N = 8192
 
 def prepare(attention: str, n: int, device: str):
     """Forward + backward of one attention layer on a batch of ``BATCH`` 1D samples of n nodes."""
-    import torch
-
-    from meshop import nn as mnn
-
     torch.manual_seed(0)
     layer = getattr(mnn, NAMES[attention])(CHANNELS, pos_dim=1, heads=HEADS).to(device)
     x = torch.randn(BATCH * n, CHANNELS, device=device, requires_grad=True)
@@ -67,70 +47,51 @@ def sizes(quick: bool) -> list[int]:
 
 
 def main(argv=None) -> None:
-    args = parse_args(__doc__.splitlines()[0], argv)
+    args = common.parse_args(__doc__.splitlines()[0], argv)
     records = []
-    for device in devices(args):
+    for device in common.devices(args):
         for n in sizes(args.quick):
-            for attention in ATTENTIONS:
+            for attention in NAMES:
                 record = dict(device=device, attention=attention, n=n, elements=BATCH * n * n)
-                quadratic = attention == "softmax"
-                gb, k = dense_estimate(
-                    records,
-                    {"device": device, "attention": attention},
-                    record["elements"],
-                    DEFAULT_K,
-                )
-                if quadratic and device == "cpu" and gb > args.max_gb:
-                    record["skipped"] = skip_note(gb, k, args.max_gb).replace(
-                        "N_dst*N_src", "B*n^2"
-                    )
+                quadratic, key = attention == "softmax", ("device", "attention")
+                if quadratic and common.skip_dense(records, record, key, DEFAULT_K, args, "B*n^2"):
+                    pass  # too much memory: the record says why
                 elif quadratic and n > MAX_QUADRATIC_N:
                     record["skipped"] = f"skipped: O(n^2) time above n = {MAX_QUADRATIC_N}"
                 else:
-                    progress(f"{device} {attention} n={n}")
-                    record |= run_cli_case(prepare, dict(attention=attention, n=n), device, args)
+                    common.progress(f"{device} {attention} n={n}")
+                    record |= common.run_cli_case(
+                        prepare, dict(attention=attention, n=n), device, args
+                    )
                 records.append(record)
     tables = {
         f"{device.upper()}, forward + backward, batch {BATCH}": table(records, device)
-        for device in devices(args)
+        for device in common.devices(args)
     }
-    write_results(
-        "linear_attention",
-        f"Attention cost against n ({CHANNELS} channels, {HEADS} head, batch {BATCH})",
-        args,
-        tables,
-        records,
-    )
+    title = f"Attention cost against n ({CHANNELS} channels, {HEADS} head, batch {BATCH})"
+    common.write_results("linear_attention", title, args, tables, records)
 
 
 def table(records: list[dict], device: str) -> str:
-    rows = []
-    for r in records:
-        if r["device"] != device:
-            continue
-        galerkin = next(
-            s
-            for s in records
-            if s["device"] == device and s["attention"] == "galerkin" and s["n"] == r["n"]
-        )
-        ratio = (
-            f"{r['time_s'] / galerkin['time_s']:.1f}x"
-            if "time_s" in r and "time_s" in galerkin
-            else "-"
-        )
-        rows.append(
-            [
-                NAMES[r["attention"]],
-                r["n"],
-                fmt_time(result_of(r, "time_s")),
-                growth_exponent(records, r, same=("device", "attention")),
-                ratio,
-                fmt_mb(result_of(r, "peak_mb")),
-                r.get("skipped") or r.get("error", ""),
-            ]
-        )
-    headers = ["attention", "n", "time", "growth exponent", "vs Galerkin", "peak memory", "notes"]
-    return markdown_table(headers, rows)
+    mine = [r for r in records if r["device"] == device]
+    galerkin = {r["n"]: r for r in mine if r["attention"] == "galerkin"}
+    rows = [
+        [
+            NAMES[r["attention"]],
+            r["n"],
+            common.fmt_time(common.result_of(r, "time_s")),
+            common.growth_exponent(records, r, same=("device", "attention")),
+            common.fmt_ratio(
+                common.result_of(r, "time_s"), common.result_of(galerkin[r["n"]], "time_s")
+            ),
+            common.fmt_mb(common.result_of(r, "peak_mb")),
+            common.notes_of(r),
+        ]
+        for r in mine
+    ]
+    return common.markdown_table(
+        "attention|n|time|growth exponent|vs Galerkin|peak memory|notes", rows
+    )
 
 
 if __name__ == "__main__":

@@ -9,32 +9,27 @@ floating-point work the attention itself needs.
 
 from __future__ import annotations
 
-from benchmarks.lib.common import SECTION_END, SECTION_START, machine, markdown_table, profile_args
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.lib.common import (
+    machine,
+    markdown_table,
+    operator_groups,
+    parser,
+    results_text,
+    write_text,
+)
 from benchmarks.lib.training_steps import pit_case
 
+OTHER = "other (copies, elementwise, optimizer, autograd)"
 #: operator name fragments of each group (first match wins)
 GROUPS = {
     "position attention (fused SDPA, forward + backward)": ("scaled_dot_product",),
     "neighbour search and edge bookkeeping": (
-        "torch_cluster",
-        "sort",
-        "nonzero",
-        "unique",
-        "bincount",
-        "scatter",
-        "index",
-        "where",
-        "floor",
-        "cumsum",
-        "searchsorted",
-        "quantile",
-        "aten::lt",
-        "aten::le",
-        "aten::gt",
-        "sampled_addmm",
-        "sparse",
-        "_to_sparse",
-    ),
+        "torch_cluster sort nonzero unique bincount scatter index where floor cumsum searchsorted "
+        "quantile aten::lt aten::le aten::gt sampled_addmm sparse _to_sparse"
+    ).split(),
     "linear layers and sparse aggregation (mm, addmm, bmm)": (
         "aten::mm",
         "aten::addmm",
@@ -54,33 +49,20 @@ def attention_flops(n_latent: int, batch: int, heads: int, width: int, blocks: i
 
 
 def profile_case(n: int, latent: int, batch: int, steps: int) -> dict:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
     step = pit_case(n, latent, batch)["meshop"][0]
     step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step()
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
-    total = sum(e.self_cpu_time_total for e in events)
-    groups = dict.fromkeys([*GROUPS, "other (copies, elementwise, optimizer, autograd)"], 0.0)
-    for event in events:
-        name = event.key.lower()
-        for group, fragments in GROUPS.items():
-            if any(fragment in name for fragment in fragments):
-                groups[group] += event.self_cpu_time_total
-                break
-        else:
-            groups["other (copies, elementwise, optimizer, autograd)"] += event.self_cpu_time_total
     top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
     return {
         "n": n,
         "latent": latent,
         "batch": batch,
         "threads": torch.get_num_threads(),
-        "step_s": total / steps / 1e6,
-        "groups_s": {k: v / steps / 1e6 for k, v in groups.items()},
+        "step_s": sum(e.self_cpu_time_total for e in events) / steps / 1e6,
+        "groups_s": operator_groups(events, GROUPS, OTHER, steps),
         "top": [(e.key, e.self_cpu_time_total / steps / 1e6, e.count // steps) for e in top],
         "attention_gflop": attention_flops(latent, batch, 2, 64, 4) / 1e9,
     }
@@ -97,34 +79,32 @@ def tables(result: dict) -> str:
             f"Profiled step: {step * 1e3:.0f} ms of operator time; the processor's global "
             f"attention needs {result['attention_gflop']:.1f} GFLOP "
             "(forward and backward, at the value width).",
-            markdown_table(["where", "time per step", "share"], rows),
-            markdown_table(["operator (self time)", "per step", "calls per step"], top),
+            markdown_table("where|time per step|share", rows),
+            markdown_table("operator (self time)|per step|calls per step", top),
         ]
     )
 
 
 def main(argv=None) -> None:
-
-    args = profile_args(argv, __doc__.splitlines()[0], steps=2)
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=2, help="profiled steps")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
     cases = [(150, 150, 2), (150, 40, 2)] if args.quick else [(972, 972, 8), (972, 256, 8)]
     info = machine()
-    parts = [
-        "## Where a PiT training step spends its time",
-        "",
-        SECTION_START,
+    header = (
         f"Measured {info['date']} with `{info['command']}` on {info['cpu']}, {args.threads} "
         f"thread(s), torch {info['torch']}, measured under load (shares are more telling than "
-        "times).",
-        "",
-    ]
-    for n, latent, batch in cases:
-        result = profile_case(n, latent, batch, args.steps)
-        parts += [f"### {n} nodes, {latent} latent nodes, batch {batch}", "", tables(result), ""]
-    parts += [SECTION_END, ""]
-    text = "\n".join(parts)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "pit_profile.md").write_text(text)
+        "times)."
+    )
+    sections = {
+        f"{n} nodes, {latent} latent nodes, batch {batch}": tables(
+            profile_case(n, latent, batch, args.steps)
+        )
+        for n, latent, batch in cases
+    }
+    title = "Where a PiT training step spends its time"
+    write_text(args.out, "pit_profile", results_text(title, header, sections))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,8 @@
 """Where an epoch of ``meshop train`` spends its time, for every model: the run's setup (loading the
-splits, preparing the data: latent meshes and normalisers), then each epoch split into data
-loading (the loader's next batch: collation, lazily prepared samples), neighbour search and latent
-sampling (torch-cluster's kNN, radius and farthest-point calls, wherever they run), forward
-(without the searches inside it), loss, backward, optimiser (zero_grad, clipping, step, schedule),
-evaluation on the test split, the checkpoint, and the rest (progress bar, loss bookkeeping and
-logging): the epoch's wall-clock time less the timed parts.
-
-The runs are the ones ``meshop train --dataset elasticity --model MODEL`` makes with the model's
-preset, on ``--num-train`` training and ``--num-test`` test samples; epoch 1 fills the caches
-(neighbour lists), epoch 2 is what every later epoch costs.
+splits, preparing the data), then each epoch split into data loading, neighbour search and latent
+sampling (every torch-cluster call, wherever it runs), forward (without the searches inside it),
+loss, backward, optimiser, evaluation, checkpoint and the rest (the epoch less the timed parts),
+for two epochs of ``meshop train --dataset elasticity --model MODEL`` (each model's preset).
 
     python -m benchmarks.speed.profile_training_loop                 # every model, 2 epochs
     python -m benchmarks.speed.profile_training_loop --quick         # smoke test
@@ -16,16 +10,20 @@ preset, on ``--num-train`` training and ``--num-test`` test samples; epoch 1 fil
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from unittest import mock
 
-from benchmarks.lib.common import RESULTS, SECTION_END, SECTION_START, machine, markdown_table
+import torch
+
+import meshop.train.trainer as trainer_module
+from benchmarks.lib.common import machine, markdown_table, parser, results_text, write_text
 from benchmarks.lib.training_runs import run_trainer
+from meshop._pyg import torch_cluster
+from meshop.train import RunConfig
 
 MODELS = ("pit", "galerkin", "fourier", "ono", "transolver", "mlp")
 #: the parts of an epoch, in table order (``rest`` is the epoch less the others)
@@ -42,16 +40,13 @@ PARTS = (
 )
 
 
-def parse(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny data (a smoke test)")
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated models")
-    parser.add_argument("--num-train", type=int, default=None, help="training samples (64; 4)")
-    parser.add_argument("--num-test", type=int, default=None, help="test samples (16; 2)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--note", default="measured under load", help="a note under the table")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
-    args = parser.parse_args(argv)
+def parse(argv=None):
+    p = parser(__doc__.splitlines()[0], "tiny data (a smoke test)")
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated models")
+    p.add_argument("--num-train", type=int, default=None, help="training samples (64; 4)")
+    p.add_argument("--num-test", type=int, default=None, help="test samples (16; 2)")
+    p.add_argument("--note", default="measured under load", help="a note under the table")
+    args = p.parse_args(argv)
     args.num_train = args.num_train or (4 if args.quick else 64)
     args.num_test = args.num_test or (2 if args.quick else 16)
     args.models = args.models.split(",")
@@ -90,12 +85,10 @@ class Clock:
 
 def instrument(trainer, clock: Clock, stack: contextlib.ExitStack) -> None:
     """Times the parts of ``trainer``'s epochs (patches undone when ``stack`` closes)."""
-    import torch
 
-    import meshop.train.trainer as trainer_module
-    from meshop._pyg import torch_cluster
+    def patch(owner, name, value):
+        stack.enter_context(mock.patch.object(owner, name, value))
 
-    patch = stack.enter_context(_patcher())
     for name in ("knn", "radius", "fps"):
         patch(torch_cluster, name, clock.wrap(PARTS[1], getattr(torch_cluster, name)))
     patch(trainer_module, "training_loss", clock.wrap("loss", trainer_module.training_loss))
@@ -148,31 +141,8 @@ class _TimedLoader:
             yield batch
 
 
-@contextlib.contextmanager
-def _patcher():
-    undo = []
-
-    def patch(owner, name, value):
-        undo.append((owner, name, owner.__dict__.get(name, _MISSING)))
-        setattr(owner, name, value)
-
-    try:
-        yield patch
-    finally:
-        for owner, name, old in reversed(undo):
-            if old is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, old)
-
-
-_MISSING = object()
-
-
 def profile_model(model: str, args, out_dir: Path) -> dict:
     """Setup and per-epoch parts (seconds) of two epochs of ``meshop train`` on Elasticity."""
-    from meshop.train import RunConfig
-
     run = RunConfig(
         dataset="elasticity",
         model=model,
@@ -183,7 +153,6 @@ def profile_model(model: str, args, out_dir: Path) -> dict:
     clock, epochs, started = Clock(), [], []
     with contextlib.ExitStack() as stack:
         instrument(trainer, clock, stack)
-        patch = stack.enter_context(_patcher())
         train_epoch, checkpoint = trainer.train_epoch, trainer.save_checkpoint
 
         def epoch_start():
@@ -198,89 +167,49 @@ def profile_model(model: str, args, out_dir: Path) -> dict:
             parts[PARTS[-1]] = wall - sum(parts.values())
             epochs.append({"epoch_s": wall, "parts_s": parts})
 
-        patch(trainer, "train_epoch", epoch_start)
-        patch(trainer, "save_checkpoint", epoch_end)
+        stack.enter_context(mock.patch.object(trainer, "train_epoch", epoch_start))
+        stack.enter_context(mock.patch.object(trainer, "save_checkpoint", epoch_end))
         trainer.fit()
-    return {
-        "model": model,
-        "batch_size": trainer.config.batch_size,
-        **setup,
-        "epochs": epochs,
-    }
+    return {"model": model, "batch_size": trainer.config.batch_size, **setup, "epochs": epochs}
 
 
 def table(records: list[dict], epoch: int) -> str:
-    headers = ["model", "epoch", *PARTS, "forward + backward"]
     rows = []
     for r in records:
-        e = r["epochs"][epoch]
-        parts, total = e["parts_s"], e["epoch_s"]
+        parts, total = r["epochs"][epoch]["parts_s"], r["epochs"][epoch]["epoch_s"]
         cells = [*(parts[p] for p in PARTS), parts["forward"] + parts["backward"]]
-        rows.append(
-            [
-                r["model"],
-                f"{1e3 * total:.0f} ms",
-                *(f"{1e3 * seconds:.0f} ms ({100 * seconds / total:.0f} %)" for seconds in cells),
-            ]
-        )
-    return markdown_table(headers, rows)
+        cells = [f"{1e3 * seconds:.0f} ms ({100 * seconds / total:.0f} %)" for seconds in cells]
+        rows.append([r["model"], f"{1e3 * total:.0f} ms", *cells])
+    return markdown_table(["model", "epoch", *PARTS, "forward + backward"], rows)
 
 
 def write(args, records: list[dict]) -> str:
-    import torch
-
     info = {**machine(), "threads": args.threads, "quick": args.quick, "note": args.note}
-    setup = markdown_table(
-        ["model", "batch size", "loading the splits", "preparing the data"],
-        [
-            [
-                r["model"],
-                str(r["batch_size"]),
-                f"{1e3 * r['load_s']:.0f} ms",
-                f"{1e3 * r['prepare_s']:.0f} ms",
-            ]
-            for r in records
-        ],
+    rows = [
+        [r["model"], str(r["batch_size"])]
+        + [f"{1e3 * r[k]:.0f} ms" for k in ("load_s", "prepare_s")]
+        for r in records
+    ]
+    header = (
+        f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
+        f"({info['cpu_cores']} cores), {torch.get_num_threads()} thread(s), torch "
+        f"{info['torch']}, {args.note}: `meshop train --dataset elasticity` with each model's "
+        f"preset on {args.num_train} training and {args.num_test} test samples; the share of "
+        f"each part in the epoch's wall-clock time."
     )
-    text = "\n".join(
-        [
-            "## Where an epoch of meshop train spends its time",
-            "",
-            SECTION_START,
-            f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
-            f"({info['cpu_cores']} cores), {torch.get_num_threads()} thread(s), torch "
-            f"{info['torch']}, {args.note}: `meshop train --dataset elasticity` with each model's "
-            f"preset on {args.num_train} training and {args.num_test} test samples; the share of "
-            f"each part in the epoch's wall-clock time.",
-            "",
-            "### Epoch 2 (every later epoch)",
-            "",
-            table(records, 1),
-            "",
-            "### Epoch 1 (caches filled)",
-            "",
-            table(records, 0),
-            "",
-            "### Before the first epoch",
-            "",
-            setup,
-            "",
-            SECTION_END,
-            "",
-        ]
-    )
-    print(text, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "training_loop_profile.md").write_text(text)
-    (args.out / "training_loop_profile.json").write_text(
-        json.dumps({"machine": info, "records": records}, indent=1) + "\n"
-    )
+    sections = {
+        "Epoch 2 (every later epoch)": table(records, 1),
+        "Epoch 1 (caches filled)": table(records, 0),
+        "Before the first epoch": markdown_table(
+            "model|batch size|loading the splits|preparing the data", rows
+        ),
+    }
+    text = results_text("Where an epoch of meshop train spends its time", header, sections)
+    write_text(args.out, "training_loop_profile", text, {"machine": info, "records": records})
     return text
 
 
 def main(argv=None) -> None:
-    import torch
-
     args = parse(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,23 +1,11 @@
-"""Training steps of meshop against the papers' reference formulations, side by side in one process.
-
-Each configuration builds meshop's model and the reference formulation of ``meshop.testing`` (the
+"""Training steps of meshop against the papers' reference formulations (``meshop.testing``: the
 Galerkin Transformer authors' encoder layer, the PiT authors' model, the ONO authors' ``ONO2``, the
-Transolver authors' irregular-mesh model), and for PiT also the dense form of ``meshop.testing``
-(meshop's weights on ``[B, N, C]`` tensors), on the same inputs. A training step is forward, loss,
-backward and an Adam step (the Transolver's ``inference`` rows: a forward pass in evaluation mode
-without gradients). The implementations are timed interleaved (one step of each in turn,
-``--repeats`` rounds after one warm-up step each) at every thread count; the table reports each
-one's median step time and the ratio reference / meshop, of wall-clock time and of the process's CPU
-time (on a loaded machine the CPU time, which leaves out the time the process waited for a core, is
-the steadier of the two). Interleaving spreads the load of a shared machine over all implementations
-alike; medians damp the rest. Every step trains on the same batch, as every epoch after the first
-does on its samples: meshop's neighbour lists are then kept from the warm-up step (the reference
-recomputes its quantile masks in every step, as the authors' code does). meshop's ONO runs with the
-options that make it the authors' ``ONO2`` (batch whitening with a running moment, no value
-projection, the raw sum as inner product, linear attention without layer norms or coordinates, a
-linear last stage; ``ONO_AUTHORS``), once with the authors' whitening but meshop's blocks (per-head
-layer norms and coordinates in the linear attention, a two-layer last FFN: more work by design), and
-once with meshop's defaults (per-sample orthonormalisation, value projection).
+Transolver authors' irregular-mesh model; for PiT also the dense form of meshop's own weights), side
+by side in one process on the same inputs: forward, loss, backward and an Adam step (the
+Transolver's ``inference`` rows: a forward pass in evaluation mode without gradients), timed
+interleaved (one step of each in turn, ``--repeats`` rounds after one warm-up step each) at every
+thread count. The table gives each one's median step time and the ratio reference / meshop, of
+wall-clock time and of the process's CPU time.
 
     python -m benchmarks.speed.training_vs_reference                 # full table, 1 and 2 threads
     python -m benchmarks.speed.training_vs_reference --quick         # smoke test at tiny sizes
@@ -26,43 +14,29 @@ once with meshop's defaults (per-sample orthonormalisation, value projection).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
-from benchmarks.lib.common import (
-    RESULTS,
-    SECTION_END,
-    SECTION_START,
-    fmt_time,
-    machine,
-    markdown_table,
-    progress,
-)
+import torch
+
+from benchmarks.lib import common
 from benchmarks.lib.training_steps import galerkin_case, ono_case, pit_case, transolver_case
 
 
-def parse(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
-    parser.add_argument(
-        "--threads", default="1,2", help="comma-separated torch thread counts (default: 1,2)"
-    )
-    parser.add_argument("--repeats", type=int, default=None, help="timed rounds (default 5; 2)")
-    parser.add_argument("--only", default=None, help="run only cases whose name contains this")
-    parser.add_argument(
-        "--note", default="measured under load", help="a note printed under the tables"
-    )
-    parser.add_argument(
+def parse(argv=None):
+    p = common.parser(__doc__.splitlines()[0], threads=False)
+    p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
+    p.add_argument("--repeats", type=int, default=None, help="timed rounds (default 5; 2)")
+    p.add_argument("--only", default=None, help="run only cases whose name contains this")
+    p.add_argument("--note", default="measured under load", help="a note under the tables")
+    p.add_argument(
         "--merge",
         action="store_true",
         help="keep the rows of the existing result file that this run does not measure (each "
         "with its own measurement line)",
     )
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
-    args = parser.parse_args(argv)
+    args = p.parse_args(argv)
     args.thread_counts = [int(t) for t in args.threads.split(",")]
     if args.repeats is None:
         args.repeats = 2 if args.quick else 5
@@ -73,55 +47,37 @@ def parse(argv=None) -> argparse.Namespace:
 
 def cases(quick: bool) -> list[tuple[str, callable, dict]]:
     """(name, builder, its arguments)."""
+    ono, transolver = (8, 3) if quick else (16, 20), (150, 2) if quick else (972, 8)
+    grid = f"ONO, {ono[0]}x{ono[0]} grid, batch {ono[1]}"
+    grid_case = dict(n=ono[0] ** 2, batch_size=ono[1], grid=True)
+    mesh = f"Transolver, {transolver[0]} nodes, batch {transolver[1]}"
+    mesh_case = dict(n=transolver[0], batch_size=transolver[1])
     if quick:
         return [
             ("Galerkin encoder, n=256", galerkin_case, dict(attention="galerkin", n=256)),
             ("Fourier encoder, n=128", galerkin_case, dict(attention="fourier", n=128)),
             ("PiT, 150 / 150 nodes, batch 2", pit_case, dict(n=150, latent=150, batch_size=2)),
             ("PiT, 150 / 40 nodes, batch 2", pit_case, dict(n=150, latent=40, batch_size=2)),
-            ("ONO, 8x8 grid, batch 3", ono_case, dict(n=64, batch_size=3, grid=True)),
-            ("Transolver, 150 nodes, batch 2", transolver_case, dict(n=150, batch_size=2)),
-            (
-                "Transolver, 150 nodes, batch 2, inference",
-                transolver_case,
-                dict(n=150, batch_size=2, train=False),
-            ),
-            (
-                "ONO, 8x8 grid, batch 3, meshop defaults",
-                ono_case,
-                dict(n=64, batch_size=3, grid=True, authors=False),
-            ),
+            (grid, ono_case, grid_case),
+            (mesh, transolver_case, mesh_case),
+            (f"{mesh}, inference", transolver_case, dict(mesh_case, train=False)),
+            (f"{grid}, meshop defaults", ono_case, dict(grid_case, authors=False)),
         ]
+    big = dict(n=8192, batch_size=4)
     return [
         ("Galerkin encoder, n=2048", galerkin_case, dict(attention="galerkin", n=2048)),
         ("Galerkin encoder, n=8192", galerkin_case, dict(attention="galerkin", n=8192)),
         ("Fourier encoder, n=2048", galerkin_case, dict(attention="fourier", n=2048)),
         ("PiT, 972 / 972 nodes, batch 8", pit_case, dict(n=972, latent=972, batch_size=8)),
         ("PiT, 972 / 256 nodes, batch 8", pit_case, dict(n=972, latent=256, batch_size=8)),
-        ("ONO, 16x16 grid, batch 20", ono_case, dict(n=256, batch_size=20, grid=True)),
+        (grid, ono_case, grid_case),
         ("ONO, 972 nodes, batch 8", ono_case, dict(n=972, batch_size=8, grid=False)),
-        (
-            "ONO, 16x16 grid, batch 20, meshop's blocks",
-            ono_case,
-            dict(n=256, batch_size=20, grid=True, authors="whitening"),
-        ),
-        (
-            "ONO, 16x16 grid, batch 20, meshop defaults",
-            ono_case,
-            dict(n=256, batch_size=20, grid=True, authors=False),
-        ),
-        ("Transolver, 972 nodes, batch 8", transolver_case, dict(n=972, batch_size=8)),
-        ("Transolver, 8192 nodes, batch 4", transolver_case, dict(n=8192, batch_size=4)),
-        (
-            "Transolver, 972 nodes, batch 8, inference",
-            transolver_case,
-            dict(n=972, batch_size=8, train=False),
-        ),
-        (
-            "Transolver, 8192 nodes, batch 4, inference",
-            transolver_case,
-            dict(n=8192, batch_size=4, train=False),
-        ),
+        (f"{grid}, meshop's blocks", ono_case, dict(grid_case, authors="whitening")),
+        (f"{grid}, meshop defaults", ono_case, dict(grid_case, authors=False)),
+        (mesh, transolver_case, mesh_case),
+        ("Transolver, 8192 nodes, batch 4", transolver_case, big),
+        (f"{mesh}, inference", transolver_case, dict(mesh_case, train=False)),
+        ("Transolver, 8192 nodes, batch 4, inference", transolver_case, dict(big, train=False)),
     ]
 
 
@@ -142,8 +98,6 @@ def time_interleaved(impls: dict, repeats: int) -> dict[str, list[tuple[float, f
 def run(args, done=None) -> list[dict]:
     """Every case at every thread count; ``done(records)`` after each thread count (so that a
     long run keeps the tables of the thread counts it finished)."""
-    import torch
-
     records = []
     for threads in args.thread_counts:
         torch.set_num_threads(threads)
@@ -151,9 +105,8 @@ def run(args, done=None) -> list[dict]:
             if args.only and args.only not in name:
                 continue
             impls = build(**params)
-            times = time_interleaved(impls, args.repeats)
             record = dict(case=name, threads=threads, **params)
-            for impl, samples in times.items():
+            for impl, samples in time_interleaved(impls, args.repeats).items():
                 wall, cpu = [t for t, _ in samples], [c for _, c in samples]
                 record[impl] = {
                     "median_s": statistics.median(wall),
@@ -164,12 +117,8 @@ def run(args, done=None) -> list[dict]:
                     "parameters": impls[impl][1],
                 }
             records.append(record)
-            progress(
-                f"{threads} thread(s), {name}: "
-                + ", ".join(
-                    f"{k} {fmt_time(v['median_s'])}" for k, v in record.items() if k in impls
-                )
-            )
+            medians = [f"{k} {common.fmt_time(record[k]['median_s'])}" for k in impls]
+            common.progress(f"{threads} thread(s), {name}: " + ", ".join(medians))
         if done is not None:
             done(records)
     return records
@@ -177,35 +126,24 @@ def run(args, done=None) -> list[dict]:
 
 def table(records: list[dict], threads: int) -> str:
     rows = []
-    for r in records:
-        if r["threads"] != threads:
-            continue
+    for r in (r for r in records if r["threads"] == threads):
         ours, ref, dense = r["meshop"], r["reference"], r.get("dense")
         rows.append(
             [
                 r["case"],
                 f"{ref['parameters']:,}",
                 f"{ours['parameters']:,}",
-                fmt_time(ref["median_s"]),
-                fmt_time(ours["median_s"]),
+                common.fmt_time(ref["median_s"]),
+                common.fmt_time(ours["median_s"]),
                 f"{ref['median_s'] / ours['median_s']:.2f}x",
                 f"{ref['median_cpu_s'] / ours['median_cpu_s']:.2f}x",
-                "-" if dense is None else fmt_time(dense["median_s"]),
+                "-" if dense is None else common.fmt_time(dense["median_s"]),
                 "-" if dense is None else f"{dense['median_s'] / ours['median_s']:.2f}x",
             ]
         )
-    headers = [
-        "configuration",
-        "reference parameters",
-        "meshop parameters",
-        "reference step",
-        "meshop step",
-        "speed-up",
-        "speed-up in CPU time",
-        "dense form step",
-        "vs dense form",
-    ]
-    return markdown_table(headers, rows)
+    headers = "configuration|reference parameters|meshop parameters|reference step|meshop step"
+    headers += "|speed-up|speed-up in CPU time|dense form step|vs dense form"
+    return common.markdown_table(headers, rows)
 
 
 def merged(args, records: list[dict], info: dict) -> list[dict]:
@@ -239,29 +177,30 @@ def measurement_line(measured: dict, cases: list[str] | None, repeats: int) -> s
 
 
 def write(args, records: list[dict], echo: bool = True) -> str:
-    info = {**machine(), "threads": args.thread_counts, "quick": args.quick, "note": args.note}
+    info = {
+        **common.machine(),
+        "threads": args.thread_counts,
+        "quick": args.quick,
+        "note": args.note,
+    }
     records = merged(args, records, info)
     runs: dict[str, list[dict]] = {}
     for r in records:
         runs.setdefault(json.dumps(r["measured"], sort_keys=True), []).append(r)
-    parts = ["## Training steps against the reference code", "", SECTION_START]
-    for rows in runs.values():
-        repeats = len(rows[0]["meshop"]["times_s"])
-        cases = None if len(runs) == 1 else [r["case"] for r in rows]
-        parts += [measurement_line(rows[0]["measured"], cases, repeats), ""]
+    lines = [
+        measurement_line(
+            rows[0]["measured"],
+            None if len(runs) == 1 else [r["case"] for r in rows],
+            len(rows[0]["meshop"]["times_s"]),
+        )
+        for rows in runs.values()
+    ]
     thread_counts = sorted({r["threads"] for r in records})
-    for threads in thread_counts:
-        parts += [f"### {threads} thread(s)", "", table(records, threads), ""]
-    parts += [SECTION_END, ""]
-    text = "\n".join(parts)
-    if echo:
-        print(text, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "speed_vs_reference.md").write_text(text)
-    machine_info = {**info, "threads": thread_counts}
-    (args.out / "speed_vs_reference.json").write_text(
-        json.dumps({"machine": machine_info, "records": records}, indent=1) + "\n"
-    )
+    tables = {f"{t} thread(s)": table(records, t) for t in thread_counts}
+    title = "Training steps against the reference code"
+    text = common.results_text(title, "\n\n".join(lines), tables)
+    data = {"machine": {**info, "threads": thread_counts}, "records": records}
+    common.write_text(args.out, "speed_vs_reference", text, data, echo)
     return text
 
 

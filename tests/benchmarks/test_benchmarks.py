@@ -15,7 +15,7 @@ import torch
 from benchmarks import run_all
 from benchmarks.accuracy import grid_zero_shot, large_mesh_zero_shot, tune
 from benchmarks.accuracy import model_table as accuracy
-from benchmarks.lib import common
+from benchmarks.lib import attention_layers, common
 from benchmarks.report import figures, summary
 from benchmarks.speed import global_attention, local_attention, whole_models
 
@@ -107,7 +107,7 @@ def test_dense_quantile_mask_keeps_the_quantile_of_every_row():
     pos_src, pos_dst = torch.rand(200, 2), torch.rand(30, 2)
     v = torch.eye(200)[:, None, :]  # one head whose output row is the attention row itself
     lam = torch.tensor([0.0])
-    attn = local_attention.dense_local_attention(v, pos_src, pos_dst, lam, quantile=0.1)
+    attn = attention_layers.dense_attention(v, pos_src, pos_dst, lam, quantile=0.1)
     kept = (attn > 0).sum(1)
     assert torch.all(kept == 20)  # ceil(0.1 * 199) + ties; random points have none
     assert torch.allclose(attn.sum(1), torch.ones(30))
