@@ -30,7 +30,7 @@ from pathlib import Path
 from meshop.data import node_features
 from meshop.datasets.airfoil import Airfoil
 from meshop.models import ONO, PiT
-from meshop.train import TrainConfig, Trainer, seed_everything
+from meshop.train import TrainConfig, Trainer, prepare_data, seed_everything
 
 
 def main(argv=None) -> dict:
@@ -64,13 +64,8 @@ def main(argv=None) -> dict:
         seed_everything(0)
         latent = (32 if args.smoke else 256) if name == "pit" else None
         start = time.perf_counter()
-        trainer = Trainer(
-            build(),
-            train_set,
-            test_set,
-            config.replace(latent_points=latent),
-            Path(args.out) / name,
-        )
+        prepared = prepare_data(train_set, test_set, config.replace(latent_points=latent))
+        trainer = Trainer(build(), prepared, out_dir=Path(args.out) / name)
         metrics = trainer.fit()
         results[name] = metrics["test_rel_l2"]
         print(

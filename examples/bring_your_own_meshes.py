@@ -37,7 +37,7 @@ from meshop.datasets.elasticity import random_cavity
 from meshop.datasets.fem import cell_mesh
 from meshop.datasets.mesh_folder import MeshFolder
 from meshop.models import PiT
-from meshop.train import TrainConfig, Trainer, predict_file, seed_everything
+from meshop.train import TrainConfig, Trainer, predict_file, prepare_data, seed_everything
 
 SAMPLE = Path(__file__).resolve().parents[1] / "datasets" / "meshes" / "elasticity_2d.msh"
 
@@ -121,7 +121,8 @@ def main(argv=None) -> dict:
         progress=not args.smoke,
     )
     meta = {"input_names": ["f"], "target_names": ["u"]}
-    metrics = Trainer(model, train_set, test_set, config, out / "run", meta).fit()
+    data = prepare_data(train_set, test_set, config, meta)
+    metrics = Trainer(model, data, out_dir=out / "run").fit()
     median = metrics["test_rel_l2_median"]
     print(f"test relative L2: {metrics['test_rel_l2']:.2%} (median {median:.2%})")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from meshop.data import node_features
 from meshop.datasets.burgers import Burgers
 from meshop.models import GalerkinTransformer
-from meshop.train import TrainConfig, Trainer, seed_everything
+from meshop.train import TrainConfig, Trainer, prepare_data, seed_everything
 
 
 def main(argv=None) -> dict:
@@ -55,7 +55,7 @@ def main(argv=None) -> dict:
         )
         start = time.perf_counter()
         out = Path(args.out) / attention
-        metrics = Trainer(model, train_set, test_set, config, out).fit()
+        metrics = Trainer(model, prepare_data(train_set, test_set, config), out_dir=out).fit()
         results[attention] = metrics["test_rel_l2"]
         print(
             f"{attention:>8} attention: test relative L2 {metrics['test_rel_l2']:.2%} "

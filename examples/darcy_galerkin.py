@@ -23,7 +23,7 @@ from pathlib import Path
 from meshop.data import node_features
 from meshop.datasets.darcy import Darcy
 from meshop.models import GalerkinTransformer
-from meshop.train import TrainConfig, Trainer, per_sample_errors, seed_everything
+from meshop.train import TrainConfig, Trainer, per_sample_errors, prepare_data, seed_everything
 
 
 def main(argv=None) -> dict:
@@ -54,7 +54,8 @@ def main(argv=None) -> dict:
         h1_weight=0.5 / 28,  # the paper's H1 penalty, gamma = 0.5 h
         progress=not args.smoke,
     )
-    trainer = Trainer(model, train_set, test_set, config, Path(args.out) / "run")
+    prepared = prepare_data(train_set, test_set, config)
+    trainer = Trainer(model, prepared, out_dir=Path(args.out) / "run")
     metrics = trainer.fit()
     results = {29: metrics["test_rel_l2"]}
     for resolution in (43, 85):  # zero-shot: the same test samples on finer grids

@@ -24,7 +24,7 @@ import torch
 from meshop.data import node_features, set_query_points, write_mesh
 from meshop.datasets.elasticity import Elasticity
 from meshop.models import PiT
-from meshop.train import TrainConfig, Trainer, seed_everything
+from meshop.train import TrainConfig, Trainer, prepare_data, seed_everything
 from meshop.train.demo import points_in_mesh
 from meshop.train.inference import write_points_csv
 
@@ -60,7 +60,7 @@ def main(argv=None) -> dict:
         latent_points=32 if args.smoke else 256,
         progress=not args.smoke,
     )
-    trainer = Trainer(model, train_set, test_set, config, out / "run")
+    trainer = Trainer(model, prepare_data(train_set, test_set, config), out_dir=out / "run")
     metrics = trainer.fit()
     print(f"PiT test relative L2: {metrics['test_rel_l2']:.2%}")
 

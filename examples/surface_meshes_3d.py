@@ -41,7 +41,7 @@ from meshop.data import mesh_integrals, node_features
 from meshop.datasets.mesh_folder import MeshFolder
 from meshop.models import PiT
 from meshop.models.registry import build_model
-from meshop.train import TrainConfig, Trainer, predict_file, seed_everything
+from meshop.train import TrainConfig, Trainer, predict_file, prepare_data, seed_everything
 from meshop.train.inference import prediction_integrals
 
 SAMPLE = Path(__file__).resolve().parents[1] / "datasets" / "meshes" / "sphere_surface.vtu"
@@ -121,7 +121,8 @@ def main(argv=None) -> dict:
         latent_points=64 if args.model == "pit" else None,
         progress=not args.smoke,
     )
-    metrics = Trainer(model, train_set, test_set, config, out / "run").fit()
+    data = prepare_data(train_set, test_set, config)
+    metrics = Trainer(model, data, out_dir=out / "run").fit()
     print(f"test relative L2: {metrics['test_rel_l2']:.2%}")
 
     # 3. a new surface: the sample sphere, in flow along x

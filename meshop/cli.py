@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,104 +100,9 @@ def _add_train(sub) -> None:
     p.add_argument("--threads", type=int, help="CPU threads per process (torch.set_num_threads)")
 
 
-#: the model parameters that ``meshop train`` sets from the data
-FROM_DATA = dict.fromkeys(["in_channels", "out_channels", "pos_dim"], "it is read from the data")
-
-
-def dataset_fixed(name: str) -> dict[str, str]:
-    """The parameters of dataset ``name`` that ``meshop train`` sets itself, with what to do."""
-    from meshop.datasets.registry import dataset_entry
-
-    folder = "root" if ":" in name else dataset_entry(name).data_dir_arg
-    return {
-        "split": "`meshop train` trains on the train split and tests on the test split (their "
-        "sizes are dataset options, such as num_test or test_fraction)",
-        folder: "give the folder with --data-dir",
-    }
-
-
-def check_run(run) -> None:
-    """Every option of a :class:`~meshop.train.config.RunConfig` checked against the signature of
-    what it goes to (TrainConfig, the model class, the dataset class) before any work starts."""
-    from meshop.arguments import check_arguments
-    from meshop.datasets.registry import dataset_class
-    from meshop.models.registry import model_class
-    from meshop.train.config import TrainConfig, from_dict
-
-    check_arguments(TrainConfig, run.train, "the training configuration")
-    from_dict(run.train)  # the values' ranges and choices
-    if run.model:
-        check_arguments(model_class(run.model), run.model_args, f"model '{run.model}'", FROM_DATA)
-    if run.dataset:
-        check_arguments(
-            dataset_class(run.dataset),
-            run.dataset_args,
-            f"dataset '{run.dataset}'",
-            dataset_fixed(run.dataset),
-        )
-
-
-def settings_report(run, data=None) -> str:
-    """The settings a train run resolved (the pair's preset under the explicit options), one topic
-    a line: model and size, receptive fields, latent mesh, optimiser, schedule, epochs and batch,
-    dataset (for a folder, ``data``: the summary of its meshes that the defaults are scaled to)."""
-    from meshop.arguments import defaults, show
-    from meshop.models.registry import model_class, model_entry
-    from meshop.train.presets import preset
-
-    chosen = preset(run.dataset, run.model, data)
-    config = run.train_config(chosen["train"])
-    variant = {} if ":" in run.model else model_entry(run.model).defaults
-    model_args = {
-        **defaults(model_class(run.model), FROM_DATA),
-        **variant,
-        **chosen["model"],
-        **run.model_args,
-    }
-    fields = ("quantile", "k", "radius")
-    receptive = {k: v for k, v in model_args.items() if k.rpartition("_")[2] in fields}
-
-    def listed(values: dict[str, Any]) -> str:
-        return ", ".join(f"{k}={show(v)}" for k, v in values.items()) or "none"
-
-    if config.latent_grid is not None:
-        latent = f"a {' x '.join(map(str, config.latent_grid))} grid over each sample"
-    elif config.latent_points is not None:
-        latent = f"{config.latent_points} nodes of each sample ({config.latent_sampling})"
-    else:
-        latent = "none (the input mesh)"
-    if ":" not in run.model and not model_entry(run.model).uses_latent_mesh:
-        latent = f"not used by {run.model}"
-    schedule = config.schedule
-    if schedule == "onecycle":
-        schedule += (
-            f": lr / {config.div_factor:g} -> lr at {config.pct_start:.0%} of the steps -> "
-            f"lr / {config.div_factor * config.final_div_factor:g}"
-        )
-    lines = {
-        "model": f"{run.model}: "
-        + listed({k: v for k, v in model_args.items() if k not in receptive}),
-        "receptive fields": listed({k: v for k, v in receptive.items() if v is not None}),
-        "latent mesh": latent,
-        "optimiser": f"{config.optimizer}, lr {config.lr:g}, weight decay "
-        f"{config.weight_decay:g}, gradient clipping {config.clip or 'none'}",
-        "schedule": schedule,
-        "training": f"epochs {config.epochs}, batch {config.batch_size}, seed {config.seed}",
-        "dataset": f"{run.dataset}: " + listed({**chosen["dataset"], **run.dataset_args}),
-    }
-    if data is not None:
-        lines["data"] = f"{data} (the defaults above are scaled to it)"
-    width = max(map(len, lines))
-    return "settings:\n" + "\n".join(
-        textwrap.fill(f"  {k:<{width}}  {v}", 88, subsequent_indent=" " * (width + 4))
-        for k, v in lines.items()
-    )
-
-
 def cmd_train(args) -> int:
     from meshop.train.config import RunConfig, load_config
-    from meshop.train.distributed import setup
-    from meshop.train.run import folder_summary, train_run
+    from meshop.train.run import train_run
 
     if args.threads is not None:
         import torch
@@ -219,12 +123,7 @@ def cmd_train(args) -> int:
     for key in ("num_train", "num_test"):
         if getattr(args, key) is not None:
             run.dataset_args[key] = getattr(args, key)
-    check_run(run)  # before any data is read or generated
-    if run.dataset and run.model and setup(run.train_config().device).is_main:
-        print(settings_report(run, folder_summary(run)))
-    metrics = train_run(run, resume=args.resume, figures=not args.no_figures)
-    if setup().is_main:
-        print(json.dumps({k: v for k, v in metrics.items() if k != "lr"}, indent=None))
+    train_run(run, resume=args.resume, figures=not args.no_figures)
     return 0
 
 

@@ -64,10 +64,13 @@ def run_config(
 
 
 def run_trainer(run, out_dir, test: bool = True):
-    """The :class:`~meshop.train.Trainer` that ``meshop train`` makes for ``run``
-    (:func:`meshop.train.run.build_trainer`; the test split only when ``test``), and the seconds
-    it took to load the splits and to prepare the data (``{"load_s": ..., "prepare_s": ...}``)."""
-    from meshop.train.run import build_trainer
+    """The :class:`~meshop.train.Trainer` that ``meshop train`` makes for ``run`` writing into
+    ``out_dir`` (:func:`meshop.train.run.build_trainer` of its plan; the test split only when
+    ``test``), and the seconds it took to load the splits and to prepare the data
+    (``{"load_s": ..., "prepare_s": ...}``)."""
+    import dataclasses
 
-    trainer, details = build_trainer(run, out_dir, test=test, log=lambda *_: None)
-    return trainer, {key: details[key] for key in ("load_s", "prepare_s")}
+    from meshop.train.run import build_trainer, plan_run
+
+    plan = plan_run(dataclasses.replace(run, out=str(out_dir)))
+    return build_trainer(plan, test=test, log=lambda *_: None)

@@ -101,21 +101,27 @@ def dataset_class(name: str) -> type:
     return import_class(dataset_entry(name).target, f"dataset '{name}': its class")
 
 
-def build_dataset(name: str, split: str, data_dir: str | None = None, /, **kwargs: Any):
-    """``dataset_class(name)(split=split, **kwargs)`` with ``data_dir`` as the entry's
-    ``data_dir_arg``.
-
-    A ``split`` among ``kwargs`` (a dataset option, such as ``meshop evaluate --dataset-arg
-    split='"all"'``) replaces ``split``. The keyword arguments are checked against the class's
-    signature first (:func:`meshop.arguments.check_arguments`): an unknown name or a value of the
-    wrong type raises :class:`ConfigError` with the closest names or the expected type."""
+def resolve_dataset(
+    name: str, data_dir: str | None = None, options: dict | None = None, fixed: dict | None = None
+) -> tuple[type, dict[str, Any]]:
+    """The class of dataset ``name`` and its keyword arguments: ``options`` checked against its
+    signature (:func:`meshop.arguments.check_arguments`; ``fixed``: other parameters the caller
+    sets, each with what to do instead), ``data_dir`` as the entry's ``data_dir_arg``. Raises
+    :class:`ConfigError` for an unknown name, a bad option, or a folder needed and not given."""
     cls = dataset_class(name)
     dir_arg = "root" if ":" in name else dataset_entry(name).data_dir_arg
-    check_arguments(cls, kwargs, f"dataset '{name}'", {dir_arg: "give the folder with --data-dir"})
-    split = kwargs.pop("split", split)
+    fixed = {**(fixed or {}), dir_arg: "give the folder with --data-dir"}
+    check_arguments(cls, options or {}, f"dataset '{name}'", fixed)
     folder = inspect.signature(cls).parameters.get(dir_arg)
     if data_dir is None and folder is not None and folder.default is folder.empty:
         raise ConfigError(f"dataset '{name}' needs a folder: give --data-dir")
-    if data_dir is not None:
-        kwargs[dir_arg] = data_dir
+    return cls, {**(options or {}), **({dir_arg: data_dir} if data_dir is not None else {})}
+
+
+def build_dataset(name: str, split: str, data_dir: str | None = None, /, **kwargs: Any):
+    """``cls(split=split, **kwargs)`` with the class and arguments of :func:`resolve_dataset`
+    (``data_dir`` as the entry's ``data_dir_arg``). A ``split`` among ``kwargs`` (a dataset
+    option, such as ``meshop evaluate --dataset-arg split='"all"'``) replaces ``split``."""
+    cls, kwargs = resolve_dataset(name, data_dir, kwargs)
+    split = kwargs.pop("split", split)
     return cls(split=split, **kwargs)

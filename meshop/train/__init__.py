@@ -1,8 +1,8 @@
 """Training: losses, metrics, the loop, checkpoints, distributed training (torchrun), runs.
 
-``train(model, train_set, test_set, TrainConfig(epochs=10), "runs/mine")`` trains any meshop model
-on any sequence of samples; ``prepare_data`` readies the data of a run in one call (latent meshes,
-normalisers, field names) for a :class:`Trainer`; docs/training.md has the whole journey.
+``prepare_data(train_set, test_set, TrainConfig(epochs=10))`` readies the data of a run in one call
+(latent meshes, normalisers, field names); ``Trainer(model, data, out_dir="runs/mine").fit()`` (or
+``train(model, data)``) trains any meshop model on it; docs/training.md has the whole journey.
 """
 
 from meshop.train import checkpoint

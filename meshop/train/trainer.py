@@ -26,7 +26,7 @@ from meshop.errors import ConfigError
 from meshop.nn.edge_cache import no_edge_cache
 from meshop.train import checkpoint as ckpt_io
 from meshop.train.config import TrainConfig
-from meshop.train.data import PreparedData, prepare_data
+from meshop.train.data import PreparedData
 from meshop.train.distributed import DistContext, all_gather_objects, all_reduce_sum, barrier, setup
 from meshop.train.losses import relative_h1, relative_lp
 from meshop.train.metrics import MetricsLog, per_sample_errors, summarize
@@ -87,34 +87,37 @@ class Trainer:
 
     The data comes from :func:`~meshop.train.data.prepare_data` (latent meshes, the normalisers
     fitted on the training split, which are stored with the model as a
-    :class:`~meshop.train.normalized.NormalizedModel`, and the field names): give its
-    :class:`~meshop.train.data.PreparedData`, or the raw splits, which the trainer prepares with
-    that call. A lazy dataset (:class:`~meshop.datasets.MeshFolder`) stays lazy: each epoch reads
+    :class:`~meshop.train.normalized.NormalizedModel`, and the field names); raw splits are
+    refused. A lazy dataset (:class:`~meshop.datasets.MeshFolder`) stays lazy: each epoch reads
     the samples of its batches (with ``num_workers`` DataLoader workers reading ahead), so memory
     holds a few batches, not the folder.
 
     Args:
         model: a meshop model, ``model(batch) -> [N_query, C_out]``, with a ``config`` dict.
-        train_set: the :class:`~meshop.train.data.PreparedData` of the run, or a sequence of
-            ``Data`` with targets ``y``.
-        test_set: a sequence of ``Data`` with targets ``y``, or None (with raw splits only).
-        config: the :class:`TrainConfig` (default: the prepared data's, else ``TrainConfig()``).
+        data: the :class:`~meshop.train.data.PreparedData` of the run.
+        config: the :class:`TrainConfig` (default: the one the data was prepared with; another
+            must prepare data the same way, :meth:`~meshop.train.data.PreparedData.check_config`).
         out_dir: where checkpoints and metrics go (None: nothing is written, no resume).
-        meta: extra information stored in the checkpoint (dataset name and arguments; with raw
-            splits only), see :func:`~meshop.train.data.prepare_data`.
+
+    Raises:
+        TypeError: ``data`` is not prepared (raw splits), or ``config`` is not a TrainConfig.
     """
 
     def __init__(
         self,
         model: torch.nn.Module,
-        train_set: PreparedData | Sequence,
-        test_set: Sequence | None = None,
+        data: PreparedData,
         config: TrainConfig | None = None,
         out_dir: str | os.PathLike | None = None,
-        meta: dict[str, Any] | None = None,
     ):
-        prepared = isinstance(train_set, PreparedData)
-        self.config = c = config or (train_set.config if prepared else TrainConfig())
+        if not isinstance(data, PreparedData) or not isinstance(config, (TrainConfig, type(None))):
+            raise TypeError(
+                f"Trainer(model, data, config, out_dir) takes prepared data and a TrainConfig, got "
+                f"{type(data).__name__} and {type(config).__name__}: prepare the splits first, "
+                "data = meshop.train.prepare_data(train_set, test_set, config, meta)"
+            )
+        self.config = c = config or data.config
+        data.check_config(c)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.ctx: DistContext = setup(c.device)
         if c.batch_size % self.ctx.world_size:
@@ -127,15 +130,6 @@ class Trainer:
                 "the model has a periodic box in data units, which normalize_pos would rescale; "
                 "train it with normalize_pos = false"
             )
-        if not prepared:
-            data = prepare_data(train_set, test_set, c, meta)
-        elif test_set is not None or meta is not None:
-            raise ConfigError(
-                "the data is prepared: give the test split and meta to prepare_data, not to Trainer"
-            )
-        else:
-            data = train_set
-            data.check_config(c)
         self.train_set, self.test_set, self.latent = data.train_set, data.test_set, data.latent
         self.data_info, self.meta = data.info, data.meta
         # a copy: models trained on the same prepared data do not share normaliser buffers
@@ -315,16 +309,13 @@ class Trainer:
 
 def train(
     model: torch.nn.Module,
-    train_set: PreparedData | Sequence,
-    test_set: Sequence | None = None,
+    data: PreparedData,
     config: TrainConfig | None = None,
     out_dir: str | os.PathLike | None = None,
     resume: bool = False,
-    meta: dict[str, Any] | None = None,
 ) -> tuple[NormalizedModel, dict[str, Any]]:
-    """Train (see :class:`Trainer`: ``train_set`` is the run's
-    :class:`~meshop.train.data.PreparedData` or the raw training split); returns ``(model with its
-    normalisers, last metrics)``."""
-    trainer = Trainer(model, train_set, test_set, config, out_dir, meta)
+    """Train ``model`` on the run's :class:`~meshop.train.data.PreparedData` (see
+    :class:`Trainer`); returns ``(model with its normalisers, last metrics)``."""
+    trainer = Trainer(model, data, config, out_dir)
     metrics = trainer.fit(resume=resume)
     return trainer.model.eval(), metrics

@@ -12,12 +12,13 @@ from meshop.arguments import (
     options,
     parse_annotation,
 )
-from meshop.cli import FROM_DATA, dataset_fixed, main
+from meshop.cli import main
 from meshop.datasets.registry import DATASETS, dataset_class
 from meshop.errors import ConfigError
 from meshop.models.registry import MODELS, model_class
 from meshop.train.config import TrainConfig
 from meshop.train.presets import PAIR_PRESETS, preset
+from meshop.train.run import FROM_DATA, SPLIT
 from tests.helpers import square_meshio
 
 # parameters that no value of a command line or TOML file can set: accepted as anything
@@ -174,7 +175,7 @@ def test_every_datasets_options_are_checked_by_name_and_type(dataset, folder, tm
     argv = ["--dataset", dataset, "--model", "mlp"]
     line = train_error([*argv, "--dataset-arg", "no_such_option=1"], tmp_path, capsys, folder)
     assert line.startswith(f"dataset '{dataset}' has no option 'no_such_option'")
-    typed = [n for n in options(dataset_class(dataset), dataset_fixed(dataset)) if n not in UNTYPED]
+    typed = [n for n in options(dataset_class(dataset), {"split": SPLIT}) if n not in UNTYPED]
     line = train_error([*argv, "--dataset-arg", f"{typed[0]}={{a = 1}}"], tmp_path, capsys, folder)
     assert line.startswith(f"'{typed[0]}' of dataset '{dataset}' expects ")
 

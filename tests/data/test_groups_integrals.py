@@ -20,7 +20,7 @@ from meshop.data import (
 from meshop.datasets import MeshFolder
 from meshop.errors import ConfigError, FieldError
 from meshop.models.registry import build_model
-from meshop.train import checkpoint
+from meshop.train import checkpoint, prepare_data
 from meshop.train.config import TrainConfig
 from meshop.train.inference import predict_fields, predict_file, read_inputs
 from meshop.train.trainer import train
@@ -118,7 +118,11 @@ def test_predict_integrate_reports_integrals_of_the_models_predictions(tmp_path,
     )
     assert train_set.input_fields == [("u", 1)] + [(f"group:{g}", 1) for g in GROUPS]
     model = build_model("mlp", in_channels=8, out_channels=1, pos_dim=2, hidden_channels=8)
-    train(model, train_set, None, TrainConfig(epochs=1, progress=False), tmp_path / "run")
+    train(
+        model,
+        prepare_data(train_set, config=TrainConfig(epochs=1, progress=False)),
+        out_dir=tmp_path / "run",
+    )
     new = tmp_path / "new.msh"
     meshio.write(new, gmsh_square(7, shift=0.5), file_format="gmsh22")
 

@@ -8,7 +8,7 @@ from meshop.data import from_points, set_query_points, uniform_grid
 from meshop.data.subsample import NodeSubsets, subsample_nodes
 from meshop.errors import ConfigError
 from meshop.models import Transolver
-from meshop.train import TrainConfig, Trainer
+from meshop.train import TrainConfig, Trainer, prepare_data
 
 
 def sample(n=400, seed=0):
@@ -65,7 +65,7 @@ def test_a_run_with_node_fraction_trains_on_subsets_and_evaluates_whole_meshes()
     model = Transolver(3, 2, 2, width=16, layers=1, heads=2, slices=4)
     model.register_forward_pre_hook(lambda module, args: seen.append(len(args[0].pos)))
     config = TrainConfig(epochs=1, batch_size=2, progress=False, node_fraction=0.25)
-    metrics = Trainer(model, train, train[:1], config).fit()
+    metrics = Trainer(model, prepare_data(train, train[:1], config)).fit()
     # two training batches of quarter meshes (ceil(n / 4) of 200, 210, 220 and 230 nodes)
     assert sum(seen[:2]) == 50 + 53 + 55 + 58 and max(seen[:2]) <= 58 + 55
     assert seen[-1] == 200  # the test error on the whole mesh
@@ -90,7 +90,7 @@ def test_training_on_node_subsets_keeps_no_neighbour_lists_and_evaluation_does()
         config = TrainConfig(
             epochs=1, batch_size=2, progress=False, node_fraction=fraction, latent_points=8
         )
-        Trainer(model, train, test, config).fit()
+        Trainer(model, prepare_data(train, test, config)).fit()
         layers = [m for m in model.modules() if isinstance(m, LocalPositionAttention)]
         return sum(len(layer.edge_cache) for layer in layers)
 

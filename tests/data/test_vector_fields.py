@@ -13,7 +13,7 @@ from meshop.data import field_layout, read_mesh, split_fields
 from meshop.datasets import MeshFolder
 from meshop.errors import FieldError
 from meshop.models.registry import build_model
-from meshop.train import checkpoint
+from meshop.train import checkpoint, prepare_data
 from meshop.train.config import TrainConfig
 from meshop.train.inference import predict, predict_fields, predict_file, read_inputs
 from meshop.train.trainer import train
@@ -122,7 +122,7 @@ def test_vector_fields_through_python_train_checkpoint_and_predict(surfaces, tmp
     train_set = MeshFolder(surfaces, inputs=INPUTS, targets=TARGETS, progress=False)
     model = build_model("mlp", in_channels=7, out_channels=4, pos_dim=3, hidden_channels=8)
     config = TrainConfig(epochs=1, batch_size=2, progress=False)
-    train(model, train_set, None, config, out_dir=tmp_path / "run")
+    train(model, prepare_data(train_set, config=config), out_dir=tmp_path / "run")
     expected, _ = model_output(tmp_path / "run", tmp_path / "new.vtu")
 
     model, ckpt = checkpoint.load_model(tmp_path / "run")
@@ -141,7 +141,11 @@ def test_vector_fields_through_python_train_checkpoint_and_predict(surfaces, tmp
 def test_a_field_with_other_components_than_in_training_is_refused(surfaces, tmp_path):
     train_set = MeshFolder(surfaces, inputs=INPUTS, targets=TARGETS, progress=False)
     model = build_model("mlp", in_channels=7, out_channels=4, pos_dim=3, hidden_channels=8)
-    train(model, train_set, None, TrainConfig(epochs=1, progress=False), tmp_path / "run")
+    train(
+        model,
+        prepare_data(train_set, config=TrainConfig(epochs=1, progress=False)),
+        out_dir=tmp_path / "run",
+    )
     flat = bumpy_surface(5, 0.2)
     flat.point_data["normals"] = flat.point_data["normals"][:, :2]
     meshio.write(tmp_path / "flat.vtu", flat)
@@ -152,7 +156,11 @@ def test_a_field_with_other_components_than_in_training_is_refused(surfaces, tmp
 def test_checkpoints_with_one_name_per_channel_still_load(surfaces, tmp_path):
     train_set = MeshFolder(surfaces, inputs=INPUTS, targets=TARGETS, progress=False)
     model = build_model("mlp", in_channels=7, out_channels=4, pos_dim=3, hidden_channels=8)
-    train(model, train_set, None, TrainConfig(epochs=1, progress=False), tmp_path / "run")
+    train(
+        model,
+        prepare_data(train_set, config=TrainConfig(epochs=1, progress=False)),
+        out_dir=tmp_path / "run",
+    )
     ckpt = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
     for key, prefix in (("input", "x"), ("target", "y")):  # as older meshop versions wrote them
         del ckpt["data"][f"{key}_fields"]

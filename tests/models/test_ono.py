@@ -11,7 +11,7 @@ from meshop.data import from_points, make_loader, node_features
 from meshop.errors import ConfigError
 from meshop.models import ONO
 from meshop.nn.blocks.ono_blocks import FEATURE_ATTENTIONS
-from meshop.train import TrainConfig, load_model, train
+from meshop.train import TrainConfig, load_model, prepare_data, train
 from meshop.train.checkpoint import CHECKPOINT_NAME
 from meshop.train.losses import relative_l2
 
@@ -153,7 +153,11 @@ def test_fresh_model_evaluates_and_loads_a_checkpoint_strictly(orthonormalize):
 def test_save_load_predict_gives_the_trained_models_eval_output(tmp_path, orthonormalize):
     data = [domain(30 + 7 * i, seed=300 + i) for i in range(6)]
     config = TrainConfig(epochs=2, batch_size=3, progress=False, device="cpu")
-    model, _ = train(tiny(orthonormalize=orthonormalize), data[:4], data[4:], config, tmp_path)
+    model, _ = train(
+        tiny(orthonormalize=orthonormalize),
+        prepare_data(data[:4], data[4:], config),
+        out_dir=tmp_path,
+    )
     loaded, _ = load_model(tmp_path)
     assert not model.training and not loaded.training
     batch = next(iter(make_loader(data, batch_size=6)))
@@ -166,7 +170,9 @@ def test_a_checkpoint_saved_before_orthonormalize_existed_loads_as_batch(tmp_pat
     were trained with batch whitening and must load as such, predicting as before."""
     data = [domain(30 + 7 * i, seed=300 + i) for i in range(6)]
     config = TrainConfig(epochs=2, batch_size=3, progress=False, device="cpu")
-    model, _ = train(tiny(orthonormalize="batch"), data[:4], data[4:], config, tmp_path)
+    model, _ = train(
+        tiny(orthonormalize="batch"), prepare_data(data[:4], data[4:], config), out_dir=tmp_path
+    )
     path = tmp_path / CHECKPOINT_NAME
     ckpt = torch.load(path, weights_only=False)
     del ckpt["model_config"]["orthonormalize"]

@@ -18,7 +18,7 @@ from meshop.nn.chunked import (
     predict_in_chunks,
     total_nodes,
 )
-from meshop.train import NormalizedModel
+from meshop.train import NormalizedModel, prepare_data
 from meshop.train.normalized import fit_normalizers
 
 MODELS = {
@@ -385,7 +385,7 @@ def test_a_trainer_with_chunks_takes_the_steps_of_one_without():
         config = TrainConfig(
             epochs=2, batch_size=2, lr=1e-2, progress=False, chunk_nodes=chunk_nodes
         )
-        trainer = Trainer(model, train, train[:2], config)
+        trainer = Trainer(model, prepare_data(train, train[:2], config))
         assert trainer.model.chunk_nodes == chunk_nodes
         trainer.fit()
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))

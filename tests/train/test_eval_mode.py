@@ -22,6 +22,7 @@ from meshop.train import (
     predict,
     predict_fields,
     predict_file,
+    prepare_data,
     read_inputs,
     seed_everything,
 )
@@ -79,7 +80,9 @@ def eval_errors(model, dataset) -> np.ndarray:
 def run(tmp_path_factory):
     """A trained Trainer (two epochs) and its run directory."""
     out = tmp_path_factory.mktemp("eval-mode") / "run"
-    trainer = Trainer(noisy_model(), samples(8), samples(5, seed=1), config(), out)
+    trainer = Trainer(
+        noisy_model(), prepare_data(samples(8), samples(5, seed=1), config()), out_dir=out
+    )
     trainer.fit()
     return trainer, out
 

@@ -10,7 +10,14 @@ from meshop.data.normalizers import RunningMoments
 from meshop.datasets import MeshFolder
 from meshop.errors import ConfigError
 from meshop.models import PiT
-from meshop.train import TrainConfig, Trainer, fit_normalizers, load_model, seed_everything
+from meshop.train import (
+    TrainConfig,
+    Trainer,
+    fit_normalizers,
+    load_model,
+    prepare_data,
+    seed_everything,
+)
 from meshop.train.data import PreparedSamples, prepare
 from tests.helpers import CountingReads
 
@@ -88,8 +95,10 @@ def test_training_on_a_folder_matches_training_on_the_samples_in_memory(folder, 
     names = dict(inputs="a", targets=["u", "vm"], test_fraction=0.3, progress=False)
     train, test = MeshFolder(folder, **names), MeshFolder(folder, split="test", **names)
     config = TrainConfig(**CONFIG)
-    held = Trainer(small_pit(), [train[i] for i in range(len(train))], list(test), config)
-    lazy = Trainer(small_pit(), train, test, config, out_dir=tmp_path / "run")
+    held = Trainer(
+        small_pit(), prepare_data([train[i] for i in range(len(train))], list(test), config)
+    )
+    lazy = Trainer(small_pit(), prepare_data(train, test, config), out_dir=tmp_path / "run")
     assert isinstance(lazy.train_set, PreparedSamples) and isinstance(held.train_set, list)
     for key in ("pos", "x", "y"):
         assert torch.equal(lazy.model.normalizers[key].mean, held.model.normalizers[key].mean)
@@ -109,7 +118,7 @@ def test_each_epoch_reads_the_training_files_instead_of_holding_them(folder, mon
     files = {f.name for i, f in enumerate(train.files) if i in train.indices()}
     seed_everything(0)
     model = PiT(3, 1, pos_dim=2, width=8, blocks=1, heads=1, encoder_k=4, decoder_k=4)
-    trainer = Trainer(model, train, None, TrainConfig(**{**CONFIG, "epochs": 2}))
+    trainer = Trainer(model, prepare_data(train, config=TrainConfig(**{**CONFIG, "epochs": 2})))
     built = len(reads.files)
     # built: the first file (layout), sample 0 twice (field names, shapes) and one streaming pass
     assert built <= len(files) + 3 and files <= set(reads.files)
@@ -121,8 +130,10 @@ def test_each_epoch_reads_the_training_files_instead_of_holding_them(folder, mon
 def test_dataloader_workers_train_on_a_folder(folder):
     names = dict(inputs="a", targets=["u", "vm"], test_fraction=0.3, progress=False)
     train = MeshFolder(folder, **names)
-    serial = Trainer(small_pit(), train, None, TrainConfig(**CONFIG)).fit()
-    workers = Trainer(small_pit(), train, None, TrainConfig(**CONFIG, num_workers=2)).fit()
+    serial = Trainer(small_pit(), prepare_data(train, config=TrainConfig(**CONFIG))).fit()
+    workers = Trainer(
+        small_pit(), prepare_data(train, config=TrainConfig(**CONFIG, num_workers=2))
+    ).fit()
     assert workers["train_loss"] == pytest.approx(serial["train_loss"], rel=1e-6)
 
 

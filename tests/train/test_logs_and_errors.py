@@ -12,6 +12,7 @@ from meshop.data import from_points
 from meshop.datasets import base
 from meshop.errors import MeshReadError
 from meshop.models.registry import build_model
+from meshop.train import prepare_data
 from meshop.train.config import TrainConfig
 from meshop.train.inference import read_points
 from meshop.train.trainer import train
@@ -25,7 +26,7 @@ def tiny_train(epochs: int = 3, out_dir=None, progress: bool = True) -> None:
         samples.append(from_points(pos, x=pos[:, :1], y=pos[:, 1:]))
     model = build_model("mlp", in_channels=3, out_channels=1, pos_dim=2, hidden_channels=4)
     config = TrainConfig(epochs=epochs, batch_size=2, progress=progress)
-    train(model, samples, samples, config, out_dir=out_dir)
+    train(model, prepare_data(samples, samples, config), out_dir=out_dir)
 
 
 def test_no_progress_bars_when_output_is_not_a_terminal(capsys):

@@ -11,7 +11,7 @@ import torch
 from meshop.data import from_points, make_loader, uniform_grid
 from meshop.errors import ConfigError
 from meshop.models.mlp_baseline import MLPBaseline
-from meshop.train import TrainConfig, Trainer, relative_h1
+from meshop.train import TrainConfig, Trainer, prepare_data, relative_h1
 from meshop.train.losses import relative_l1, relative_l2, relative_lp
 from meshop.train.metrics import MetricsLog, per_sample_errors, read_metrics, summarize
 from meshop.train.trainer import training_loss
@@ -172,7 +172,7 @@ def test_a_training_step_optimises_the_loss_with_its_h1_term():
     torch.manual_seed(0)
     model = MLPBaseline(3, 1, 2, hidden_channels=8, num_layers=2)
     config = TrainConfig(batch_size=4, h1_weight=0.5, progress=False)
-    trainer = Trainer(model, samples, None, config)
+    trainer = Trainer(model, prepare_data(samples, config=config))
     batch = next(iter(trainer.loader))
     with torch.no_grad():
         pred = trainer.model(batch)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshop.train import Trainer, checkpoint, seed_everything
+from meshop.train import Trainer, checkpoint, prepare_data, seed_everything
 from meshop.train.metrics import read_metrics
 from tests.helpers import noisy_model, parameters, quiet, torchrun, toy_samples
 
@@ -33,26 +33,32 @@ def test_a_random_model_killed_mid_epoch_and_resumed_ends_like_an_uninterrupted_
 ):
     train_set, test_set = toy_samples(12), toy_samples(4, 1)
     config = quiet(epochs=4, schedule="onecycle", clip=0.5)
-    full = Trainer(noisy_model(), train_set, test_set, config, tmp_path / "full")
+    full = Trainer(
+        noisy_model(), prepare_data(train_set, test_set, config), out_dir=tmp_path / "full"
+    )
     full_metrics = full.fit()
 
     # the randomness matters: another seed for the same start trains another model
     seed_everything(7)
-    other = Trainer(noisy_model(), train_set, test_set, config)
+    other = Trainer(noisy_model(), prepare_data(train_set, test_set, config))
     seed_everything(7)
     other.fit()
     assert not torch.allclose(parameters(other.model), parameters(full.model), atol=1e-4)
 
     kill_at_step(monkeypatch, 8)  # 3 steps per epoch: killed in the third epoch
     with pytest.raises(KeyboardInterrupt):
-        Trainer(noisy_model(), train_set, test_set, config, tmp_path / "killed").fit()
+        Trainer(
+            noisy_model(), prepare_data(train_set, test_set, config), out_dir=tmp_path / "killed"
+        ).fit()
     monkeypatch.undo()
     assert checkpoint.load(tmp_path / "killed")["epoch"] == 2
 
     seed_everything(123)  # the resumed process starts from other generator states
     random.seed(5)
     np.random.seed(5)  # noqa: NPY002
-    resumed = Trainer(noisy_model(seed=5), train_set, test_set, config, tmp_path / "killed")
+    resumed = Trainer(
+        noisy_model(seed=5), prepare_data(train_set, test_set, config), out_dir=tmp_path / "killed"
+    )
     resumed_metrics = resumed.fit(resume=True)
     assert torch.allclose(parameters(resumed.model), parameters(full.model), atol=1e-6)
     for key in ("train_loss", "test_rel_l2", "test_rel_l2_median"):
@@ -66,15 +72,15 @@ DDP_SCRIPT = textwrap.dedent(
     """
     import random, sys
     import numpy as np
-    from meshop.train import Trainer, seed_everything
+    from meshop.train import Trainer, prepare_data, seed_everything
     from meshop.train.distributed import setup
     from tests.helpers import noisy_model, quiet, toy_samples
 
     out, mode = sys.argv[1], sys.argv[2]
     config = quiet(epochs=3, batch_size=4, schedule="onecycle", clip=0.5, device="cpu")
-    data = toy_samples(12), toy_samples(4, 1)
+    data = prepare_data(toy_samples(12), toy_samples(4, 1), config)
     if mode == "first":
-        Trainer(noisy_model(), *data, config, out + "/full").fit()
+        Trainer(noisy_model(), data, out_dir=out + "/full").fit()
         calls = {"n": 0}
         original = Trainer.step
 
@@ -86,7 +92,7 @@ DDP_SCRIPT = textwrap.dedent(
 
         Trainer.step = dying_step
         try:
-            Trainer(noisy_model(), *data, config, out + "/killed").fit()
+            Trainer(noisy_model(), data, out_dir=out + "/killed").fit()
         except KeyboardInterrupt:
             pass
     else:  # a new launch, every generator elsewhere
@@ -94,7 +100,7 @@ DDP_SCRIPT = textwrap.dedent(
         seed_everything(100 + rank)
         random.seed(rank)
         np.random.seed(rank)
-        Trainer(noisy_model(seed=9), *data, config, out + "/killed").fit(resume=True)
+        Trainer(noisy_model(seed=9), data, out_dir=out + "/killed").fit(resume=True)
     """
 )
 

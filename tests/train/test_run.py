@@ -1,6 +1,7 @@
 """meshop.train.run: a whole run as `meshop train` / `evaluate` / `plot` make it, on tiny Darcy
 data: what it writes, the presets under explicit settings, its errors, and the figures."""
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -43,9 +44,9 @@ def trained(tmp_path_factory):
 PRESET_CALLS = []
 
 
-def with_model_preset(dataset, model):
+def with_model_preset(dataset, model, data=None):
     PRESET_CALLS.append((dataset, model))
-    defaults = preset(dataset, model)
+    defaults = preset(dataset, model, data)
     defaults["model"] = {**defaults["model"], "num_layers": 3, "hidden_channels": 16}
     return defaults
 
@@ -57,7 +58,7 @@ def test_train_run_writes_the_run_and_logs_what_it_trains(trained):
     assert saved["dataset"] == "darcy" and saved["model"] == "mlp"
     assert saved["metrics"] == json.loads(json.dumps(metrics))
     assert (out / "run.json").read_text().startswith('{\n  "dataset": "darcy",\n  "model"')
-    assert PRESET_CALLS[0] == ("darcy", "mlp")  # the pair's preset: dataset and model
+    assert PRESET_CALLS == [("darcy", "mlp")]  # the pair's preset, resolved once
     # the pair's preset under the explicit settings
     defaults = with_model_preset("darcy", "mlp")
     assert saved["model_args"] == {**defaults["model"], "hidden_channels": 8}
@@ -69,8 +70,11 @@ def test_train_run_writes_the_run_and_logs_what_it_trains(trained):
     model, ckpt = load_model(out)
     assert (model.config["num_layers"], model.config["hidden_channels"]) == (3, 8)
     parameters = sum(p.numel() for p in model.parameters())
-    assert lines == [
-        f"training mlp ({parameters:,} parameters) on darcy: 3 train / 2 test samples -> {out}"
+    assert lines[0].startswith("settings:\n  model             mlp: ")
+    assert "num_layers=3" in lines[0] and "hidden_channels=8" in lines[0]
+    assert lines[1:] == [
+        f"training mlp ({parameters:,} parameters) on darcy: 3 train / 2 test samples -> {out}",
+        json.dumps({k: v for k, v in metrics.items() if k != "lr"}),
     ]
     data = ckpt["data"]
     assert data["dataset"] == "darcy" and data["data_dir"] == str(root / "data")
@@ -103,6 +107,7 @@ def test_empty_splits_are_refused(trained, tmp_path, monkeypatch):
     monkeypatch.setattr(R, "build_dataset", lambda *args, **kwargs: [])
     with pytest.raises(ConfigError, match="^the test split is empty; check the dataset's size"):
         R.evaluate_run(root / "run")
+    monkeypatch.setattr(R, "resolve_dataset", lambda *args: (lambda split, **kwargs: [], {}))
     empty = RunConfig(
         dataset="darcy",
         model="mlp",
@@ -165,26 +170,26 @@ def test_runs_that_cannot_start_say_why(tmp_path, trained):
 
 
 def test_load_splits_in_one_process_gives_both_splits(tmp_path):
-    splits = R.load_splits("darcy", str(tmp_path), TINY)
-    assert sorted(splits) == ["test", "train"]
-    assert (len(splits["train"]), len(splits["test"])) == (3, 2)
-    np.testing.assert_array_equal(splits["train"][0].pos.shape, (81, 2))
+    run = RunConfig(dataset="darcy", model="mlp", data_dir=str(tmp_path), dataset_args=TINY)
+    train_set, test_set = R.load_splits(R.plan_run(run))
+    assert (len(train_set), len(test_set)) == (3, 2)
+    np.testing.assert_array_equal(train_set[0].pos.shape, (81, 2))
 
 
 def test_load_splits_reads_on_rank_zero_before_the_other_processes(monkeypatch):
     """Rank 0 generates (or reads) the splits, then every other process finds them cached."""
     events = []
     monkeypatch.setattr(R, "barrier", lambda ctx: events.append("barrier"))
-    monkeypatch.setattr(R, "build_dataset", lambda name, split, *a, **k: events.append(split))
+    plan = R.plan_run(RunConfig(dataset="darcy", model="mlp", dataset_args=TINY))
+    plan = dataclasses.replace(plan, dataset_class=lambda split, **k: events.append(split) or [0])
     for rank, expected in (
         (0, ["train", "test", "barrier", "barrier"]),
         (1, ["barrier", "train", "test", "barrier"]),
         (3, ["barrier", "train", "test", "barrier"]),
     ):
         events.clear()
-        monkeypatch.setattr(R, "setup", lambda *a, rank=rank: SimpleNamespace(rank=rank))
-        splits = R.load_splits("darcy", None, {})
-        assert events == expected and sorted(splits) == ["test", "train"]
+        splits = R.load_splits(dataclasses.replace(plan, ctx=SimpleNamespace(rank=rank)))
+        assert events == expected and splits == ([0], [0])
 
 
 def test_train_run_defaults_start_afresh_draw_figures_quietly_and_keep_no_data_dir(
@@ -298,7 +303,7 @@ def test_plot_run_draws_two_test_samples_by_default_under_the_models_name(
 def test_a_run_without_test_samples_trains_and_reports_no_test_error(tmp_path, monkeypatch):
     """A split of no test samples (a folder of few files) is left out, not scored as NaN."""
     real = R.load_splits
-    monkeypatch.setattr(R, "load_splits", lambda *a: {"train": real(*a)["train"], "test": []})
+    monkeypatch.setattr(R, "load_splits", lambda plan: (real(plan)[0], []))
     run = RunConfig(
         dataset="darcy",
         model="mlp",
@@ -313,8 +318,6 @@ def test_a_run_without_test_samples_trains_and_reports_no_test_error(tmp_path, m
 
 
 def test_a_run_prepares_its_data_once_and_builds_the_model_for_it(tmp_path, monkeypatch):
-    import meshop.train.trainer as trainer_module
-
     real, calls = R.prepare_data, []
 
     def counted(*args, **kwargs):
@@ -322,7 +325,6 @@ def test_a_run_prepares_its_data_once_and_builds_the_model_for_it(tmp_path, monk
         return calls[-1]
 
     monkeypatch.setattr(R, "prepare_data", counted)
-    monkeypatch.setattr(trainer_module, "prepare_data", counted)
     run = RunConfig(
         dataset="darcy",
         model="mlp",
@@ -338,3 +340,52 @@ def test_a_run_prepares_its_data_once_and_builds_the_model_for_it(tmp_path, monk
     assert ckpt["data"] == {**calls[0].info, **calls[0].meta}
     assert model.model.config["in_channels"] == calls[0].info["in_channels"]
     assert ckpt["data"]["dataset"] == "darcy" and ckpt["data"]["target_names"]
+
+
+def test_meshop_train_plans_once_then_loads_prepares_builds_and_fits_in_that_order(
+    tmp_path, monkeypatch, capsys
+):
+    """The command resolves its plan once (the registries, the preset and the process group are
+    looked up there only), then loads, prepares, builds and fits, each once, in that order."""
+    from meshop.cli import main
+
+    calls = []
+
+    def spy(name, real):
+        def recorded(*args, **kwargs):
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return recorded
+
+    steps = ["plan_run", "model_class", "resolve_dataset", "preset", "setup", "settings_report"]
+    steps += ["load_splits", "prepare_data", "seeded_model", "build_dataset"]
+    for name in steps:
+        monkeypatch.setattr(R, name, spy(name, getattr(R, name)))
+    monkeypatch.setattr(R.Trainer, "__init__", spy("Trainer", R.Trainer.__init__))
+    monkeypatch.setattr(R.Trainer, "fit", spy("fit", R.Trainer.fit))
+    argv = ["train", "--dataset", "darcy", "--model", "mlp", "--out", tmp_path / "run"]
+    argv += ["--data-dir", tmp_path / "data", "--num-train", 3, "--num-test", 2, "--epochs", 1]
+    argv += ["--dataset-arg", "resolution=9", "--dataset-arg", "fine_resolution=17"]
+    argv += ["--dataset-arg", "progress=false", "--no-progress", "--no-figures"]
+    assert main([str(a) for a in argv]) == 0
+    plan = ["plan_run", "model_class", "resolve_dataset", "preset", "setup", "settings_report"]
+    assert calls == [*plan, "load_splits", "prepare_data", "seeded_model", "Trainer", "fit"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "settings:" and out[-2].startswith("training mlp (")
+    assert json.loads(out[-1])["epoch"] == 1
+
+
+def test_a_model_class_named_by_its_path_trains_like_its_registered_name(tmp_path):
+    run = RunConfig(
+        dataset="darcy",
+        model="meshop.models.mlp_baseline:MLPBaseline",
+        out=str(tmp_path / "run"),
+        data_dir=str(tmp_path / "data"),
+        train={"epochs": 1, "progress": False},
+        dataset_args=TINY,
+    )
+    lines = []
+    R.train_run(run, figures=False, log=lines.append)
+    assert lines[0].startswith("settings:\n  model             meshop.models.mlp_baseline:")
+    assert load_model(tmp_path / "run")[1]["model_name"] == "mlp"

@@ -20,6 +20,7 @@ from meshop.train import (
     fit_normalizers,
     load_config,
     load_model,
+    prepare_data,
     relative_h1,
     seed_everything,
 )
@@ -146,7 +147,9 @@ def test_constant_schedule_keeps_lr_and_a_run_of_zero_steps_counts_as_one():
 
 def test_training_reduces_the_test_error_and_logs_every_epoch(tmp_path):
     train_set, test_set = toy_samples(16), toy_samples(8, seed=1)
-    trainer = Trainer(tiny_model(), train_set, test_set, quiet(epochs=8), tmp_path)
+    trainer = Trainer(
+        tiny_model(), prepare_data(train_set, test_set, quiet(epochs=8)), out_dir=tmp_path
+    )
     before = trainer.evaluate()["test_rel_l2"]
     metrics = trainer.fit()
     assert metrics["test_rel_l2"] < 0.5 * before
@@ -158,7 +161,9 @@ def test_training_reduces_the_test_error_and_logs_every_epoch(tmp_path):
 
 def test_metrics_log_can_be_csv(tmp_path):
     Trainer(
-        tiny_model(), toy_samples(8), toy_samples(4, 1), quiet(metrics_format="csv"), tmp_path
+        tiny_model(),
+        prepare_data(toy_samples(8), toy_samples(4, 1), quiet(metrics_format="csv")),
+        out_dir=tmp_path,
     ).fit()
     rows = read_metrics(tmp_path / "metrics.csv")
     assert [r["epoch"] for r in rows] == [1.0, 2.0, 3.0]
@@ -167,7 +172,9 @@ def test_metrics_log_can_be_csv(tmp_path):
 
 def test_normalisers_are_fitted_on_the_train_split_and_stored_in_the_checkpoint(tmp_path):
     train_set = toy_samples(8)
-    Trainer(tiny_model(), train_set, toy_samples(4, 1), quiet(epochs=1), tmp_path).fit()
+    Trainer(
+        tiny_model(), prepare_data(train_set, toy_samples(4, 1), quiet(epochs=1)), out_dir=tmp_path
+    ).fit()
     ckpt = checkpoint.load(tmp_path)
     state = ckpt["state_dict"]
     ys = torch.cat([s.y for s in train_set])
@@ -182,7 +189,9 @@ def test_normalisers_are_fitted_on_the_train_split_and_stored_in_the_checkpoint(
 
 def test_a_loaded_checkpoint_predicts_like_the_trained_model(tmp_path):
     test_set = toy_samples(4, 1)
-    trainer = Trainer(tiny_model(), toy_samples(8), test_set, quiet(epochs=2), tmp_path)
+    trainer = Trainer(
+        tiny_model(), prepare_data(toy_samples(8), test_set, quiet(epochs=2)), out_dir=tmp_path
+    )
     trainer.fit()
     model, ckpt = load_model(tmp_path / "checkpoint.pt")
     batch = next(iter(make_loader(test_set, 4)))
@@ -210,7 +219,9 @@ def test_checkpoints_are_written_atomically(tmp_path, monkeypatch):
 def test_a_run_killed_mid_epoch_and_resumed_ends_like_an_uninterrupted_run(tmp_path, monkeypatch):
     train_set, test_set = toy_samples(12), toy_samples(4, 1)
     config = quiet(epochs=4, schedule="onecycle", clip=0.5)
-    full = Trainer(tiny_model(), train_set, test_set, config, tmp_path / "full")
+    full = Trainer(
+        tiny_model(), prepare_data(train_set, test_set, config), out_dir=tmp_path / "full"
+    )
     full_metrics = full.fit()
 
     # kill the second run in its third epoch (3 steps per epoch: after 7 steps)
@@ -225,12 +236,16 @@ def test_a_run_killed_mid_epoch_and_resumed_ends_like_an_uninterrupted_run(tmp_p
 
     monkeypatch.setattr(Trainer, "step", dying_step)
     with pytest.raises(KeyboardInterrupt):
-        Trainer(tiny_model(), train_set, test_set, config, tmp_path / "killed").fit()
+        Trainer(
+            tiny_model(), prepare_data(train_set, test_set, config), out_dir=tmp_path / "killed"
+        ).fit()
     monkeypatch.undo()
     assert checkpoint.load(tmp_path / "killed")["epoch"] == 2
 
     seed_everything(123)  # the resumed process starts from another RNG state
-    resumed = Trainer(tiny_model(seed=5), train_set, test_set, config, tmp_path / "killed")
+    resumed = Trainer(
+        tiny_model(seed=5), prepare_data(train_set, test_set, config), out_dir=tmp_path / "killed"
+    )
     resumed_metrics = resumed.fit(resume=True)
     assert torch.allclose(parameters(resumed.model), parameters(full.model), atol=1e-6)
     for key in ("train_loss", "test_rel_l2", "test_rel_l2_median"):
@@ -240,10 +255,14 @@ def test_a_run_killed_mid_epoch_and_resumed_ends_like_an_uninterrupted_run(tmp_p
 
 
 def test_resuming_with_another_model_says_so(tmp_path):
-    Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1), tmp_path).fit()
+    Trainer(
+        tiny_model(), prepare_data(toy_samples(4), config=quiet(epochs=1)), out_dir=tmp_path
+    ).fit()
     other = MLPBaseline(4, 1, 2, hidden_channels=8)
     with pytest.raises(ConfigError, match="cannot resume"):
-        Trainer(other, toy_samples(4), None, quiet(epochs=2), tmp_path).fit(resume=True)
+        Trainer(other, prepare_data(toy_samples(4), config=quiet(epochs=2)), out_dir=tmp_path).fit(
+            resume=True
+        )
 
 
 def test_loading_a_missing_or_foreign_checkpoint_says_what_is_wrong(tmp_path):
@@ -297,7 +316,9 @@ def test_the_h1_penalty_trains_on_grids(tmp_path):
         grid.y = grid.x * grid.pos[:, 1:]
         samples.append(grid)
     model = MLPBaseline(3, 1, 2, hidden_channels=8)
-    metrics = Trainer(model, samples, samples[:2], quiet(epochs=2, h1_weight=0.5), tmp_path).fit()
+    metrics = Trainer(
+        model, prepare_data(samples, samples[:2], quiet(epochs=2, h1_weight=0.5)), out_dir=tmp_path
+    ).fit()
     assert math.isfinite(metrics["train_loss"])
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])["epoch"] == 1
 
@@ -316,9 +337,9 @@ def test_position_normalisation_makes_training_independent_of_the_unit_of_length
     for scale, shift in ((1.0, 0.0), (1000.0, -250.0)):
         trainer = Trainer(
             tiny_model(),
-            rescaled(train_set, scale, shift),
-            rescaled(test_set, scale, shift),
-            quiet(epochs=2),
+            prepare_data(
+                rescaled(train_set, scale, shift), rescaled(test_set, scale, shift), quiet(epochs=2)
+            ),
         )
         runs.append((trainer.fit(), parameters(trainer.model.model)))
     assert torch.allclose(runs[0][1], runs[1][1], atol=1e-4)
@@ -350,8 +371,8 @@ def test_a_periodic_model_refuses_position_normalisation():
     model = tiny_model()
     model.config["periodic"] = 1.0  # a box length in data units, as PiT's periodic=
     with pytest.raises(ConfigError, match="normalize_pos = false"):
-        Trainer(model, toy_samples(4), None, quiet())
-    Trainer(model, toy_samples(4), None, quiet(normalize_pos=False))
+        Trainer(model, prepare_data(toy_samples(4), config=quiet()))
+    Trainer(model, prepare_data(toy_samples(4), config=quiet(normalize_pos=False)))
 
 
 def test_random_latent_nodes_follow_the_mesh_refinement_and_fps_spreads_them():

@@ -6,7 +6,7 @@ import torch
 import meshop.train.trainer as trainer_module
 from meshop.data import from_points
 from meshop.models import MLPBaseline
-from meshop.train import TrainConfig, Trainer, seed_everything
+from meshop.train import TrainConfig, Trainer, prepare_data, seed_everything
 
 
 def samples(count: int):
@@ -25,7 +25,7 @@ def fit(compile: bool):
     config = TrainConfig(
         epochs=2, batch_size=4, lr=1e-2, schedule="cosine", progress=False, compile=compile
     )
-    trainer = Trainer(model, samples(8), samples(4), config)
+    trainer = Trainer(model, prepare_data(samples(8), samples(4), config))
     metrics = trainer.fit()
     return trainer, metrics
 

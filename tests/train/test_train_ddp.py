@@ -6,17 +6,18 @@ import textwrap
 
 import torch
 
-from meshop.train import Trainer, checkpoint
+from meshop.train import Trainer, checkpoint, prepare_data
 from tests.helpers import quiet, tiny_model, torchrun, toy_samples
 
 SCRIPT = textwrap.dedent(
     """
     import sys
-    from meshop.train import Trainer
+    from meshop.train import Trainer, prepare_data
     from tests.helpers import quiet, tiny_model, toy_samples
 
     config = quiet(epochs=2, batch_size=4, schedule="onecycle", clip=0.5, device="cpu")
-    Trainer(tiny_model(), toy_samples(16), toy_samples(5, 1), config, sys.argv[1]).fit()
+    data = prepare_data(toy_samples(16), toy_samples(5, 1), config)
+    Trainer(tiny_model(), data, out_dir=sys.argv[1]).fit()
     """
 )
 
@@ -28,7 +29,11 @@ def test_two_processes_under_torchrun_train_the_same_model_as_one(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
 
     config = quiet(epochs=2, batch_size=4, schedule="onecycle", clip=0.5, device="cpu")
-    Trainer(tiny_model(), toy_samples(16), toy_samples(5, 1), config, tmp_path / "single").fit()
+    Trainer(
+        tiny_model(),
+        prepare_data(toy_samples(16), toy_samples(5, 1), config),
+        out_dir=tmp_path / "single",
+    ).fit()
 
     ddp, single = checkpoint.load(tmp_path / "ddp"), checkpoint.load(tmp_path / "single")
     for key, value in single["state_dict"].items():
@@ -57,13 +62,13 @@ UNUSED = textwrap.dedent(
     """
     import sys
     import torch
-    from meshop.train import Trainer
+    from meshop.train import Trainer, prepare_data
     from tests.helpers import quiet, tiny_model, toy_samples
 
     model = tiny_model()
     model.unused = torch.nn.Linear(2, 2)  # parameters that no step uses
     config = quiet(epochs=2, batch_size=4, device="cpu", find_unused_parameters={find})
-    Trainer(model, toy_samples(8), None, config, sys.argv[1]).fit()
+    Trainer(model, prepare_data(toy_samples(8), config=config), out_dir=sys.argv[1]).fit()
     """
 )
 

@@ -24,7 +24,7 @@ from tests.helpers import quiet, tiny_model, toy_samples
 
 def test_the_test_split_is_evaluated_every_eval_every_epochs_and_after_the_last():
     trainer = Trainer(
-        tiny_model(), toy_samples(8), toy_samples(4, 1), quiet(epochs=5, eval_every=2)
+        tiny_model(), prepare_data(toy_samples(8), toy_samples(4, 1), quiet(epochs=5, eval_every=2))
     )
     trainer.fit()
     evaluated = [row["epoch"] for row in trainer.history if "test_rel_l2" in row]
@@ -37,7 +37,9 @@ def test_the_test_split_is_evaluated_every_eval_every_epochs_and_after_the_last(
 
 
 def test_the_training_loss_of_an_epoch_is_the_mean_over_its_samples():
-    trainer = Trainer(tiny_model(), toy_samples(6), None, quiet(epochs=1, batch_size=6))
+    trainer = Trainer(
+        tiny_model(), prepare_data(toy_samples(6), config=quiet(epochs=1, batch_size=6))
+    )
     losses = []
     with torch.no_grad():  # before the epoch's single step
         for sample in trainer.train_set:
@@ -49,11 +51,16 @@ def test_the_training_loss_of_an_epoch_is_the_mean_over_its_samples():
 
 
 def test_fit_logs_one_line_per_epoch_when_asked(capsys):
-    Trainer(tiny_model(), toy_samples(4), toy_samples(2, 1), quiet(epochs=2, progress=True)).fit()
+    Trainer(
+        tiny_model(),
+        prepare_data(toy_samples(4), toy_samples(2, 1), quiet(epochs=2, progress=True)),
+    ).fit()
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
     assert len(lines) == 2 and lines[1].startswith("epoch 2  train_loss ")
     assert "test_rel_l2 " in lines[1] and "samples_per_second " in lines[1]
-    Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1, progress=False)).fit()
+    Trainer(
+        tiny_model(), prepare_data(toy_samples(4), config=quiet(epochs=1, progress=False))
+    ).fit()
     assert "epoch" not in capsys.readouterr().out
 
 
@@ -73,37 +80,49 @@ def test_seed_everything_seeds_torch_numpy_and_random():
 
 def test_a_run_that_cannot_start_says_why():
     with pytest.raises(ConfigError, match="the training split is empty"):
-        Trainer(tiny_model(), [], None, quiet())
+        Trainer(tiny_model(), prepare_data([], config=quiet()))
 
 
 def test_train_returns_the_model_in_eval_mode_with_the_last_metrics():
-    model, metrics = train(tiny_model(), toy_samples(4), toy_samples(2, 1), quiet(epochs=1))
+    model, metrics = train(
+        tiny_model(), prepare_data(toy_samples(4), toy_samples(2, 1), quiet(epochs=1))
+    )
     assert not model.training and metrics["epoch"] == 1 and "test_rel_l2" in metrics
 
 
 def test_a_checkpoint_names_its_format_version_and_the_meshop_that_wrote_it(tmp_path):
-    Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1), tmp_path).fit()
+    Trainer(
+        tiny_model(), prepare_data(toy_samples(4), config=quiet(epochs=1)), out_dir=tmp_path
+    ).fit()
     saved = checkpoint.load(tmp_path)
     assert saved["version"] == checkpoint.VERSION
     assert saved["meshop_version"] == meshop.__version__
 
 
 def test_resuming_another_model_or_another_size_names_both(tmp_path):
-    Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1), tmp_path).fit()
+    Trainer(
+        tiny_model(), prepare_data(toy_samples(4), config=quiet(epochs=1)), out_dir=tmp_path
+    ).fit()
     other = build_model("mlp", in_channels=4, out_channels=1, pos_dim=2, hidden_channels=8)
     with pytest.raises(ConfigError, match=r"differs from the checkpoint's \(Error\(s\) in loading"):
-        Trainer(other, toy_samples(4), None, quiet(epochs=2), tmp_path).fit(resume=True)
+        Trainer(other, prepare_data(toy_samples(4), config=quiet(epochs=2)), out_dir=tmp_path).fit(
+            resume=True
+        )
     pit = build_model("pit", in_channels=4, out_channels=1, pos_dim=2, width=8, heads=1)
     with pytest.raises(
         ConfigError,
         match=r"cannot resume: the checkpoint holds a 'mlp' model, this run trains 'pit'",
     ):
-        Trainer(pit, toy_samples(4), None, quiet(epochs=2), tmp_path).fit(resume=True)
+        Trainer(pit, prepare_data(toy_samples(4), config=quiet(epochs=2)), out_dir=tmp_path).fit(
+            resume=True
+        )
 
 
 def test_each_process_resumes_its_own_generator_states(tmp_path):
     """Rank r restores the r-th saved state; a rank beyond the saved ones the first."""
-    trainer = Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1), tmp_path)
+    trainer = Trainer(
+        tiny_model(), prepare_data(toy_samples(4), config=quiet(epochs=1)), out_dir=tmp_path
+    )
     trainer.fit()
     saved = torch.load(trainer.checkpoint_path, weights_only=True)
     states = []
@@ -121,20 +140,22 @@ def test_each_process_resumes_its_own_generator_states(tmp_path):
 
 
 def test_train_writes_its_run_with_meta_and_resumes_only_when_asked(tmp_path):
-    data = toy_samples(4), toy_samples(2, 1)
-    _, first = train(tiny_model(), *data, quiet(epochs=1), tmp_path, meta={"dataset": "toy"})
+    data = prepare_data(toy_samples(4), toy_samples(2, 1), quiet(epochs=1), {"dataset": "toy"})
+    _, first = train(tiny_model(), data, out_dir=tmp_path)
     saved = checkpoint.load(tmp_path)
     assert saved["data"]["dataset"] == "toy" and saved["epoch"] == 1
-    _, last = train(tiny_model(1), *data, quiet(epochs=2), tmp_path, resume=True)
+    _, last = train(tiny_model(1), data, quiet(epochs=2), tmp_path, resume=True)
     history = checkpoint.load(tmp_path)["history"]
     assert [row["epoch"] for row in history] == [1, 2]
     assert history[0] == first and history[1] == last
-    train(tiny_model(), *data, quiet(epochs=1), tmp_path)  # a new run over the old one
+    train(tiny_model(), data, out_dir=tmp_path)  # a new run over the old one
     assert [row["epoch"] for row in checkpoint.load(tmp_path)["history"]] == [1]
 
 
 def test_evaluate_scores_the_dataset_it_is_given_else_the_test_split():
-    trainer = Trainer(tiny_model(), toy_samples(4), toy_samples(3, 1), quiet(epochs=1))
+    trainer = Trainer(
+        tiny_model(), prepare_data(toy_samples(4), toy_samples(3, 1), quiet(epochs=1))
+    )
     other = toy_samples(5, 2)
     errors = per_sample_errors(trainer.model, other)
     given = trainer.evaluate(other)
@@ -146,13 +167,19 @@ def test_evaluate_scores_the_dataset_it_is_given_else_the_test_split():
 
 
 def test_the_epoch_loss_sums_every_batch_and_fit_starts_afresh_unless_resuming(tmp_path):
-    trainer = Trainer(tiny_model(), toy_samples(7), None, quiet(epochs=1, batch_size=3))
+    trainer = Trainer(
+        tiny_model(), prepare_data(toy_samples(7), config=quiet(epochs=1, batch_size=3))
+    )
     trainer.step = lambda batch: float(batch.num_graphs)  # a loss of n on a batch of n samples
     row = trainer.fit()
     assert row["train_loss"] == pytest.approx((9 + 9 + 1) / 7)  # batches of 3, 3 and 1
     assert 0 < row["epoch_seconds"] < 60
-    Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=1), tmp_path).fit()
-    again = Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=2), tmp_path)
+    Trainer(
+        tiny_model(), prepare_data(toy_samples(4), config=quiet(epochs=1)), out_dir=tmp_path
+    ).fit()
+    again = Trainer(
+        tiny_model(), prepare_data(toy_samples(4), config=quiet(epochs=2)), out_dir=tmp_path
+    )
     calls = []
     again.train_epoch = lambda: calls.append(again.epoch) or {"train_loss": 1.0}
     again.fit()  # not resume=True: both epochs from the start
@@ -162,7 +189,9 @@ def test_the_epoch_loss_sums_every_batch_and_fit_starts_afresh_unless_resuming(t
 def test_the_progress_bar_counts_epochs_and_shows_the_running_loss(capsys, monkeypatch):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    trainer = Trainer(tiny_model(), toy_samples(4), None, quiet(epochs=2, progress=True))
+    trainer = Trainer(
+        tiny_model(), prepare_data(toy_samples(4), config=quiet(epochs=2, progress=True))
+    )
     trainer.step = lambda batch: 0.123456
     trainer.fit()
     out, err = capsys.readouterr()
@@ -185,7 +214,9 @@ def test_the_progress_bar_rate_counts_the_samples_of_every_process(capsys, monke
     monkeypatch.setattr(trainer_module, "all_reduce_sum", lambda values, ctx: list(values))
     rates = {}
     for world_size in (1, 3):
-        trainer = Trainer(tiny_model(), toy_samples(6), None, quiet(progress=True, batch_size=3))
+        trainer = Trainer(
+            tiny_model(), prepare_data(toy_samples(6), config=quiet(progress=True, batch_size=3))
+        )
         trainer.ctx = DistContext(world_size=world_size)  # rank 0 of world_size processes
         trainer.step = lambda batch: 0.5
         ticks = iter(range(100))
@@ -206,18 +237,18 @@ class Named(list):
 
 def test_the_trainer_gives_every_sample_the_configured_latent_mesh_and_records_field_names():
     train_set, test_set = Named(toy_samples(3)), toy_samples(2, 1)
-    trainer = Trainer(tiny_model(), train_set, test_set, quiet(latent_points=5))
+    trainer = Trainer(tiny_model(), prepare_data(train_set, test_set, quiet(latent_points=5)))
     assert trainer.latent == LatentMesh(5, None, sampling="fps")
     assert all(len(s.latent_pos) == 5 for s in [*trainer.train_set, *trainer.test_set])
     assert trainer.meta["input_fields"] == [["a", 1]]
     assert trainer.state()["data"]["target_names"] == ["u"]
     assert trainer.state()["history"] == []  # a run saved before its first epoch
     config = quiet(latent_grid=(3, 2), latent_sampling="random")
-    assert Trainer(tiny_model(), train_set, None, config).latent == LatentMesh(
+    assert Trainer(tiny_model(), prepare_data(train_set, config=config)).latent == LatentMesh(
         None, (3, 2), sampling="random"
     )
     config = quiet(latent_points=4, latent_sampling="random")
-    assert Trainer(tiny_model(), train_set, None, config).latent == LatentMesh(
+    assert Trainer(tiny_model(), prepare_data(train_set, config=config)).latent == LatentMesh(
         4, None, sampling="random"
     )
 
@@ -234,17 +265,17 @@ class Pointwise(torch.nn.Module):
 
 
 def test_one_training_sample_and_a_model_without_config_train():
-    row = Trainer(Pointwise(), toy_samples(1), None, quiet(epochs=1)).fit()
+    row = Trainer(Pointwise(), prepare_data(toy_samples(1), config=quiet(epochs=1))).fit()
     assert row["epoch"] == 1 and np.isfinite(row["train_loss"])
 
 
 def test_the_errors_of_a_run_that_cannot_start_are_whole_sentences():
     with pytest.raises(ConfigError, match="^the training split is empty$"):
-        Trainer(tiny_model(), [], None, quiet())
+        Trainer(tiny_model(), prepare_data([], config=quiet()))
     model = tiny_model()
     model.config["periodic"] = [1.0, 1.0]
     with pytest.raises(ConfigError) as caught:
-        Trainer(model, toy_samples(2), None, quiet(normalize_pos=True))
+        Trainer(model, prepare_data(toy_samples(2), config=quiet(normalize_pos=True)))
     assert str(caught.value) == (
         "the model has a periodic box in data units, which normalize_pos would rescale; "
         "train it with normalize_pos = false"
@@ -258,19 +289,21 @@ def _order(trainer, epoch):
 
 
 def test_every_epoch_shuffles_the_samples_with_the_configured_seed():
-    trainer = Trainer(tiny_model(), toy_samples(16), None, quiet(seed=3, num_workers=2))
+    trainer = Trainer(
+        tiny_model(), prepare_data(toy_samples(16), config=quiet(seed=3, num_workers=2))
+    )
     assert trainer.loader.num_workers == 2  # built only: no worker starts here
     orders = [_order(trainer, epoch) for epoch in range(3)]
     assert all(sorted(order) == list(range(16)) for order in orders)
     assert orders[0] != list(range(16)) and orders[0] != orders[1] != orders[2]
     assert _order(trainer, 1) == orders[1]  # seeded by (seed, epoch)
-    other = Trainer(tiny_model(), toy_samples(16), None, quiet(seed=4))
+    other = Trainer(tiny_model(), prepare_data(toy_samples(16), config=quiet(seed=4)))
     assert _order(other, 0) != orders[0]
 
 
 def test_compile_runs_the_steps_through_torch_compile():
     # torch.compile wraps the module at once and compiles at the first call: nothing runs here
-    trainer = Trainer(tiny_model(), toy_samples(4), None, quiet(compile=True))
+    trainer = Trainer(tiny_model(), prepare_data(toy_samples(4), config=quiet(compile=True)))
     assert trainer.net is not trainer.model and trainer.net._orig_mod is trainer.model
 
 
@@ -303,42 +336,49 @@ def test_the_global_batch_must_split_evenly_over_the_processes(monkeypatch):
 
     monkeypatch.setattr(trainer_module, "setup", lambda device: DistContext(world_size=3))
     with pytest.raises(ConfigError) as error:
-        Trainer(tiny_model(), toy_samples(4), None, quiet(batch_size=4))
+        Trainer(tiny_model(), prepare_data(toy_samples(4), config=quiet(batch_size=4)))
     assert str(error.value) == (
         "batch_size 4 is the global batch and must be divisible by the number of processes (3)"
     )
 
 
-def test_a_trainer_given_prepared_data_trains_as_one_given_the_raw_splits(tmp_path):
-    """Prepared once, the data trains a model as the raw splits do, and a second model on the
-    same prepared data trains as if alone: the normalisers are copied, not shared."""
+def test_models_trained_on_the_same_prepared_data_train_as_if_alone(tmp_path):
+    """Prepared once, the data trains a second model as it trains the first, and as data
+    prepared for one model alone: the normalisers are copied, not shared."""
     train_set, test_set = Named(toy_samples(6)), toy_samples(3, 1)
     config = quiet(epochs=2, latent_points=5)
-    raw = Trainer(tiny_model(), train_set, test_set, config, tmp_path / "raw", {"dataset": "toy"})
-    raw.fit()
+    alone = Trainer(
+        tiny_model(),
+        prepare_data(train_set, test_set, config, {"dataset": "toy"}),
+        out_dir=tmp_path / "alone",
+    )
+    alone.fit()
     data = prepare_data(train_set, test_set, config, {"dataset": "toy"})
     runs = [Trainer(tiny_model(), data, out_dir=tmp_path / name) for name in ("first", "again")]
     for trainer in runs:
         trainer.fit()
-        assert trainer.config is config and trainer.latent == raw.latent
+        assert trainer.config is config and trainer.latent == alone.latent
         assert trainer.model.normalizers["y"] is not data.normalizers["y"]
-        for key, value in raw.model.state_dict().items():
+        for key, value in alone.model.state_dict().items():
             assert torch.equal(trainer.model.state_dict()[key], value), key
         loss = [row["train_loss"] for row in trainer.history]
-        assert loss == [row["train_loss"] for row in raw.history]
-        assert trainer.history[-1]["test_rel_l2"] == raw.history[-1]["test_rel_l2"]
-        assert trainer.state()["data"] == raw.state()["data"]
+        assert loss == [row["train_loss"] for row in alone.history]
+        assert trainer.history[-1]["test_rel_l2"] == alone.history[-1]["test_rel_l2"]
+        assert trainer.state()["data"] == alone.state()["data"]
 
 
-def test_prepared_data_takes_no_second_test_split_meta_or_other_preparation():
-    data = prepare_data(toy_samples(4), None, quiet(latent_points=5))
-    with pytest.raises(ConfigError) as caught:
-        Trainer(tiny_model(), data, toy_samples(2, 1))
+def test_the_trainer_takes_prepared_data_only_with_a_configuration_that_prepares_alike():
+    with pytest.raises(TypeError) as caught:
+        Trainer(tiny_model(), toy_samples(4), toy_samples(2, 1), quiet())
     assert str(caught.value) == (
-        "the data is prepared: give the test split and meta to prepare_data, not to Trainer"
+        "Trainer(model, data, config, out_dir) takes prepared data and a TrainConfig, got list "
+        "and list: prepare the splits first, data = meshop.train.prepare_data(train_set, "
+        "test_set, config, meta)"
     )
-    with pytest.raises(ConfigError, match="^the data is prepared"):
-        Trainer(tiny_model(), data, meta={"dataset": "toy"})
+    data = prepare_data(toy_samples(4), config=quiet(latent_points=5))
+    with pytest.raises(TypeError, match="got PreparedData and list: prepare the splits first"):
+        Trainer(tiny_model(), data, toy_samples(2, 1))
     with pytest.raises(ConfigError, match="^the data was prepared with latent_points=5, which"):
         Trainer(tiny_model(), data, config=quiet(latent_points=6))
     assert Trainer(tiny_model(), data, config=quiet(latent_points=5, epochs=7)).config.epochs == 7
+    assert Trainer(tiny_model(), data).config is data.config
