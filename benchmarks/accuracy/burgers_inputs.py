@@ -1,29 +1,22 @@
 """Why PiT, ONO and the Transolver did not learn the generated Burgers set: short trainings on the
 accuracy table's split (200 train / 50 test samples at resolution 256, seed 0, one thread) with
-other inputs, or one change inside a model, each appended to
-``benchmarks/results/burgers_inputs.jsonl``; ``--table`` prints them as Markdown, ``--floor`` the
-error floor of a mirror-symmetric model.
+other inputs or one change inside a model, each appended to ``results/burgers_inputs.jsonl``.
 
     python -m benchmarks.accuracy.burgers_inputs pit --epochs 10 --inputs grad
     python -m benchmarks.accuracy.burgers_inputs ono --epochs 10 --inputs grad+modes8 \\
         --set model.width=64 --set model.layers=4 --set model.heads=4 --set model.k=16
     python -m benchmarks.accuracy.burgers_inputs transolver --epochs 20 --slices-report
-    python -m benchmarks.accuracy.burgers_inputs --floor
-    python -m benchmarks.accuracy.burgers_inputs --table
+    python -m benchmarks.accuracy.burgers_inputs --floor    # a mirror-symmetric model's floor
+    python -m benchmarks.accuracy.burgers_inputs --table    # every trial as Markdown
 
-``--inputs`` appends to ``u0`` (joined by ``+``): ``grad`` (its periodic central difference,
-:func:`meshop.datasets.burgers.periodic_derivative`), ``absgrad`` (the absolute value of that,
-even under mirroring), ``shift`` (u0 at the next node), ``modesK`` (cos and sin of
-:math:`2\\pi k x`, k <= K); ``raw`` is u0 alone. The model and training settings are the pair's
-preset (``meshop/train/presets.py``) with ``--set PART.KEY=VALUE`` over them; the preset's
-dataset part is not used (the inputs are those given). ``--target smooth`` replaces the target by
-u0's Fourier modes 0-4 (a linear map), ``--target mean`` by a global mean plus 0.1 u0.
-Model changes measured without editing the models: ``--drift`` (PiT: every processor block
-attends from its nodes shifted by a learned length, a kernel that tells left from right),
+``--inputs`` appends to ``u0`` (joined by ``+``): ``grad`` (its periodic central difference),
+``absgrad`` (its absolute value), ``shift`` (u0 at the next node), ``modesK`` (cos and sin of
+2 pi k x, k <= K); ``raw`` is u0 alone. The settings are the pair's preset with ``--set`` over
+them. ``--target smooth``: u0's Fourier modes 0-4; ``--target mean``: a mean plus 0.1 u0. Model
+changes: ``--drift`` (PiT's processor attends from its nodes shifted by a learned length),
 ``--slice-init ortho`` and ``--temperature T`` (Transolver's slice projection and temperature at
-initialisation), ``--local-slices`` (Transolver: slice weights and slice features from a 3-node
-circular convolution over the grid, as the authors' Transolver on structured meshes). ``--roll``
-reads every training sample through a new random circular shift on every access.
+initialisation), ``--local-slices`` (slice weights and features from a 3-node circular convolution,
+as the authors' structured-mesh Transolver); ``--roll``: a random circular shift per access.
 """
 
 from __future__ import annotations
@@ -35,9 +28,23 @@ import time
 import types
 from pathlib import Path
 
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
 from torch.utils.data import Dataset
 
 from benchmarks.lib.common import RESULTS, append_line, markdown_table
+from benchmarks.lib.training_runs import parse_settings
+from meshop.data import make_loader
+from meshop.datasets.burgers import periodic_derivative, periodic_modes, solve_burgers
+from meshop.datasets.grf import gaussian_random_field
+from meshop.datasets.registry import build_dataset
+from meshop.models.registry import build_model
+from meshop.train.config import TrainConfig
+from meshop.train.data import prepare_data
+from meshop.train.presets import preset
+from meshop.train.trainer import Trainer, seed_everything
 
 LOG = RESULTS / "burgers_inputs.jsonl"
 SPLIT = dict(num_train=200, num_test=50, resolution=256, seed=0, progress=False)
@@ -64,10 +71,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def with_inputs(data, inputs: str, target: str):
     """A copy of a Burgers sample with the inputs ``inputs`` and the target ``target``."""
-    import torch
-
-    from meshop.datasets.burgers import periodic_derivative, periodic_modes
-
     data = data.clone()
     parts = [data.x]
     for item in inputs.split("+"):
@@ -90,20 +93,11 @@ def with_inputs(data, inputs: str, target: str):
 
 
 def settings(args) -> tuple[dict, dict]:
-    from meshop.train.presets import preset
-
-    defaults = preset("burgers", args.model)
-    train, model = dict(defaults["train"]), dict(defaults["model"])
-    for pair in args.set:
-        key, _, value = pair.partition("=")
-        part, _, name = key.partition(".")
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            pass
-        (train if part == "train" else model)[name] = value
+    """The pair's preset's training and model settings, ``--set`` over them."""
+    defaults, chosen = preset("burgers", args.model), parse_settings(args.set)
+    train = {**defaults["train"], **chosen["train"]}
     train.update(epochs=args.epochs, progress=False, device="cpu", seed=0)
-    return train, model
+    return train, {**defaults["model"], **chosen["model"]}
 
 
 class Rolled(Dataset):
@@ -112,8 +106,6 @@ class Rolled(Dataset):
     sample is a sample."""
 
     def __init__(self, samples, inputs: str, target: str):
-        import numpy as np
-
         self.samples, self.inputs, self.target = samples, inputs, target
         self.rng = np.random.default_rng(0)
 
@@ -121,8 +113,6 @@ class Rolled(Dataset):
         return len(self.samples)
 
     def __getitem__(self, index):
-        import torch
-
         data = self.samples[index].clone()
         shift = int(self.rng.integers(len(data.pos)))
         data.x, data.y = torch.roll(data.x, shift, 0), torch.roll(data.y, shift, 0)
@@ -132,8 +122,6 @@ class Rolled(Dataset):
 def add_drift(net) -> None:
     """PiT's processor blocks attend from their nodes shifted by a learned length (zero at first):
     the kernel exp(-lambda |x + b - y|^2) is no longer even."""
-    import torch
-    import torch.nn.functional as F
 
     def forward(self, u, pos, batch=None, weight=None):
         h = F.gelu(self.attn(u, pos, batch, weight, pos_dst=pos + self.drift, batch_dst=batch))
@@ -147,8 +135,6 @@ def add_drift(net) -> None:
 def add_local_slices(net, n: int) -> None:
     """Transolver's slice assignment and slice features from a 3-node circular convolution over
     the grid instead of a linear map of each node alone (the authors' structured-mesh form)."""
-    import torch
-    from torch import nn
 
     def on_grid(conv, x):
         b = len(x) // n
@@ -182,10 +168,6 @@ def add_local_slices(net, n: int) -> None:
 def slices_report(net, trainer) -> list[dict]:
     """Per Transolver block on 8 test samples: the mean largest slice weight (1/M: uniform) and
     the spread of the slice weights over the nodes."""
-    import torch
-
-    from meshop.data import make_loader
-
     batch = next(iter(make_loader(list(trainer.test_set)[:8], 8)))
     inputs = []
     hooks = [
@@ -211,14 +193,6 @@ def slices_report(net, trainer) -> list[dict]:
 
 
 def trial(args) -> dict:
-    import torch
-
-    from meshop.datasets.registry import build_dataset
-    from meshop.models.registry import build_model
-    from meshop.train.config import TrainConfig
-    from meshop.train.data import prepare_data
-    from meshop.train.trainer import Trainer, seed_everything
-
     torch.set_num_threads(1)
     train_args, model_args = settings(args)
     raw = {s: list(build_dataset("burgers", s, None, **SPLIT)) for s in ("train", "test")}
@@ -244,28 +218,18 @@ def trial(args) -> dict:
     start = time.perf_counter()
     trainer = Trainer(net, data, config=config)
     metrics = trainer.fit()
-    record = {
-        "model": args.model,
-        "inputs": args.inputs,
-        "target": args.target,
-        "change": " ".join(
-            c
-            for c in (
-                "drift" if args.drift else "",
-                "local slices" if args.local_slices else "",
-                "random shifts" if args.roll else "",
-                f"slice-init {args.slice_init}" if args.slice_init else "",
-                f"temperature {args.temperature}" if args.temperature is not None else "",
-            )
-            if c
-        ),
-        "settings": args.set,
-        "epochs": args.epochs,
-        "parameters": sum(p.numel() for p in net.parameters()),
-        "test_rel_l2": metrics["test_rel_l2"],
-        "train_loss": metrics["train_loss"],
-        "seconds": round(time.perf_counter() - start, 1),
-    }
+    changes = [
+        "drift" if args.drift else "",
+        "local slices" if args.local_slices else "",
+        "random shifts" if args.roll else "",
+        f"slice-init {args.slice_init}" if args.slice_init else "",
+        f"temperature {args.temperature}" if args.temperature is not None else "",
+    ]
+    record = {"model": args.model, "inputs": args.inputs, "target": args.target}
+    record.update(change=" ".join(c for c in changes if c), settings=args.set, epochs=args.epochs)
+    record["parameters"] = sum(p.numel() for p in net.parameters())
+    record.update(test_rel_l2=metrics["test_rel_l2"], train_loss=metrics["train_loss"])
+    record["seconds"] = round(time.perf_counter() - start, 1)
     if args.drift:
         record["drifts"] = [round(float(b.drift), 5) for b in net.processor]
     if args.slices_report:
@@ -277,11 +241,6 @@ def floor() -> dict:
     """The error floor of a model that maps a mirrored u0 to the mirrored output, on the table's
     test split: the part of the Burgers map S that is even in u0, |S(u0) + S(-u0)| / 2 / |S(u0)|
     (S(-R u0) = -R S(u0), so such a model's best answer is the odd part of S)."""
-    import numpy as np
-
-    from meshop.datasets.burgers import solve_burgers
-    from meshop.datasets.grf import gaussian_random_field
-
     errors = []
     n, keep = 8192, 8192 // SPLIT["resolution"]
     for i in range(SPLIT["num_train"], SPLIT["num_train"] + SPLIT["num_test"]):
@@ -290,20 +249,14 @@ def floor() -> dict:
         nu = 0.1 / (2 * math.pi)
         plus, minus = solve_burgers(u0, nu)[::keep], solve_burgers(-u0, nu)[::keep]
         errors.append(np.linalg.norm(plus + minus) / 2 / np.linalg.norm(plus))
-    return {
-        "floor_mean": float(np.mean(errors)),
-        "floor_median": float(np.median(errors)),
-        **best_linear(),
-    }
+    mean, median = float(np.mean(errors)), float(np.median(errors))
+    return {"floor_mean": mean, "floor_median": median, **best_linear()}
 
 
 def best_linear() -> dict:
     """The test error of the best translation-invariant linear map u0 -> u (a Fourier multiplier
     fitted by least squares on the training split), and the share of the target's energy in its
     lowest modes."""
-    import torch
-
-    from meshop.datasets.registry import build_dataset
 
     def fields(split):
         data = build_dataset("burgers", split, None, **SPLIT)
@@ -322,27 +275,18 @@ def best_linear() -> dict:
 
 
 def table(path: Path) -> str:
-    rows = []
-    for line in path.read_text().splitlines():
-        t = json.loads(line)
-        if "floor_mean" in t:
-            continue
-        rows.append(
-            [
-                t["model"],
-                t["inputs"],
-                t["target"],
-                t["change"] or "-",
-                ", ".join(t["settings"]) or "preset",
-                t["epochs"],
-                f"{t['test_rel_l2']:.4f}",
-                f"{t['train_loss']:.4f}",
-                f"{t['seconds']:.0f} s",
-            ]
-        )
-    headers = ["model", "inputs", "target", "model change", "settings over the preset"]
-    headers += ["epochs", "test rel. L2", "train loss", "wall"]
-    return markdown_table(headers, rows)
+    trials = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [
+        [
+            *(t["model"], t["inputs"], t["target"], t["change"] or "-"),
+            *(", ".join(t["settings"]) or "preset", t["epochs"], f"{t['test_rel_l2']:.4f}"),
+            *(f"{t['train_loss']:.4f}", f"{t['seconds']:.0f} s"),
+        ]
+        for t in trials
+        if "floor_mean" not in t
+    ]
+    headers = "model|inputs|target|model change|settings over the preset|epochs|test rel. L2|"
+    return markdown_table(headers + "train loss|wall", rows)
 
 
 def main(argv=None) -> None:

@@ -1,23 +1,11 @@
-"""Zero-shot super-resolution of the Galerkin / Fourier Transformer's 2D grid path, stage by stage.
+"""Zero-shot super-resolution of the Galerkin / Fourier Transformer's 2D grid path, stage by stage:
+a checkpoint (several: the mean of their errors) evaluated on its test fields at the training grid
+and the 2x and 4x finer grids, with the grid path's choices that could follow the input grid taken
+from the training grid instead, one more per row (:data:`STAGES`: the encoder's coarse grid, the
+CiNNs' middle grids, the fine-grid stencil, the spectral regressor's grid). The first row takes
+every grid as its own training grid; the last row is the model's own forward.
 
-    python -m benchmarks.accuracy.grid_zero_shot runs/accuracy/darcy-galerkin
     python -m benchmarks.accuracy.grid_zero_shot runs/accuracy/darcy-galerkin-seed{0,1}
-
-Evaluates a checkpoint (or several: the errors are their means, as the accuracy table's row of
-several training seeds gives them) trained on a grid dataset (Darcy) on its test fields at the
-training grid and at the 2x and 4x finer grids that sample the same fields, with the grid path's
-choices that could follow the input grid taken, one more per row, from the training grid instead:
-
-- ``coarse``: the encoder's coarse grid (by default every third node of the grid);
-- ``middle``: the middle grids of the two CiNNs (``round(sqrt(n_f n_c))`` per axis);
-- ``stencil``: the 3x3 convolution on the fine grid, run on the input interpolated onto the
-  training grid (on nested finer grids: its subsample);
-- ``spectral``: the regressor's spectral convolutions transform on the training grid
-  (interpolating there and back), so that their modes are the frequencies they were trained on.
-
-The first row takes every grid as its own training grid; the last row is the model's own forward.
-The checkpoint may predate the recorded ``grid_shape``: the training grid is then read from the
-checkpoint's dataset options (``--grid`` overrides both).
 """
 
 from __future__ import annotations
@@ -31,6 +19,14 @@ import torch
 from torch import Tensor, nn
 
 from benchmarks.lib.common import RESULTS, markdown_table, write_results
+from meshop._pyg import scatter
+from meshop.data import coarse_shape, grid_shape_of, node_batch, node_features, num_samples
+from meshop.data.grid import grid_tensor, interpolate_grid, node_tensor
+from meshop.nn.cinn import middle_shape
+from meshop.train import load_model
+from meshop.train.metrics import per_sample_errors
+from meshop.train.normalized import NormalizedModel
+from meshop.train.run import _test_split
 
 STAGES = ("coarse", "middle", "stencil", "spectral")
 
@@ -49,11 +45,6 @@ class StagedGridPath(nn.Module):
         self.model, self.grid, self.fixed = model, tuple(grid), set(fixed)
 
     def forward(self, data) -> Tensor:
-        from meshop._pyg import scatter
-        from meshop.data import coarse_shape, grid_shape_of, node_batch, node_features, num_samples
-        from meshop.data.grid import grid_tensor, interpolate_grid, node_tensor
-        from meshop.nn.cinn import middle_shape
-
         m, fixed = self.model, self.fixed
         shape, b = grid_shape_of(data), num_samples(data)
         pos = grid_tensor(data.pos, data)
@@ -112,10 +103,6 @@ def main(argv=None) -> Path:
     args = parser.parse_args(argv)
     args.quick = False
     torch.set_num_threads(args.threads)
-    from meshop.train import load_model
-    from meshop.train.metrics import per_sample_errors
-    from meshop.train.normalized import NormalizedModel
-    from meshop.train.run import _test_split
 
     runs = [load_model(path) for path in args.checkpoint]
     model, ckpt = runs[0][0].model, runs[0][1]

@@ -6,7 +6,6 @@ of epochs (seeded, so that a trial reruns exactly), and append what was tried an
         --set model.width=96
     python -m benchmarks.accuracy.tune --table > benchmarks/results/tuning.md
 
-Values after ``=`` are read as JSON where they parse (numbers, lists, true/false), else as text.
 The sizes of the splits are those of the accuracy table
 (:data:`benchmarks.lib.training_runs.DATASETS`) unless set with ``--set dataset.num_train=...``.
 """
@@ -19,63 +18,44 @@ import os
 import time
 from pathlib import Path
 
+import torch
+
 from benchmarks.lib.common import RESULTS, append_line, machine, markdown_table
-from benchmarks.lib.training_runs import NAMES, run_config
+from benchmarks.lib.training_runs import NAMES, parse_settings, run_config
+from meshop.train import load_model
+from meshop.train.run import train_run
 
 LOG = RESULTS / "tuning.jsonl"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", nargs="?")
-    parser.add_argument("model", nargs="?")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument(
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dataset", nargs="?")
+    p.add_argument("model", nargs="?")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="PART.KEY=VALUE",
         help="a setting over the preset; PART is train, model or dataset",
     )
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--runs", type=Path, default=Path("runs/tuning"))
-    parser.add_argument("--log", type=Path, default=LOG)
-    parser.add_argument("--table", action="store_true", help="print the trials of --log")
-    args = parser.parse_args(argv)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--runs", type=Path, default=Path("runs/tuning"))
+    p.add_argument("--log", type=Path, default=LOG)
+    p.add_argument("--table", action="store_true", help="print the trials of --log")
+    args = p.parse_args(argv)
     args.quick = False  # the table's split sizes (training_runs.dataset_options)
     return args
 
 
-def settings(pairs: list[str]) -> dict[str, dict]:
-    """``["train.lr=3e-3", "model.width=32"]`` -> ``{"train": {"lr": 0.003}, ...}``."""
-    out: dict[str, dict] = {"train": {}, "model": {}, "dataset": {}}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        part, dot, name = key.partition(".")
-        if not sep or not dot or part not in out or not name:
-            raise SystemExit(
-                f"--set {pair!r}: write PART.KEY=VALUE with PART one of train, model, dataset "
-                "(e.g. --set train.batch_size=4)"
-            )
-        try:
-            out[part][name] = json.loads(value)
-        except json.JSONDecodeError:
-            out[part][name] = value
-    return out
-
-
 def trial(args) -> dict:
-    import torch
-
-    from meshop.train import load_model
-    from meshop.train.run import train_run
-
     torch.set_num_threads(args.threads)
     name = "-".join([args.dataset, args.model, *(s.replace("/", "_") for s in args.set)])
     out = args.runs / name[:120]
-    run = run_config(args.dataset, args.model, args.epochs, out, args, settings(args.set))
+    run = run_config(args.dataset, args.model, args.epochs, out, args, parse_settings(args.set))
     load = os.getloadavg()[0]
     start = time.perf_counter()
     metrics = train_run(run, figures=False, log=lambda *_: None)
@@ -129,10 +109,13 @@ def table(path: Path) -> str:
             for t in trials
             if (t["dataset"], t["model"]) == (dataset, model)
         ]
-        headers = ["settings over the preset", "epochs", "parameters", "test rel. L2"]
-        headers += ["training", "load"]
-        parts += [f"## {NAMES.get(model, model)} on {dataset}", "", markdown_table(headers, rows)]
-        parts.append("")
+        headers = "settings over the preset|epochs|parameters|test rel. L2|training|load"
+        parts += [
+            f"## {NAMES.get(model, model)} on {dataset}",
+            "",
+            markdown_table(headers, rows),
+            "",
+        ]
     return "\n".join(parts)
 
 

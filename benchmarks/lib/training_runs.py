@@ -1,12 +1,16 @@
 """One (dataset, model) training run as the accuracy table (``accuracy/model_table.py``) and the
-preset trials (``accuracy/tune.py``) set it up: the table's split sizes and dataset options, the
-run's configuration over the presets, the models' titles."""
+preset trials (``accuracy/tune.py``, ``accuracy/burgers_inputs.py``) set it up: the table's split
+sizes and dataset options, settings over the presets, the run's configuration, the models'
+titles."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from meshop.models.registry import MODELS as REGISTERED
+from meshop.train.config import RunConfig
+from meshop.train.run import build_trainer
 
 #: split sizes and dataset options, the same for every model of a dataset
 DATASETS = {
@@ -27,6 +31,25 @@ QUICK = {
 NAMES = {name: entry.title for name, entry in REGISTERED.items()}
 
 
+def parse_settings(pairs: list[str]) -> dict[str, dict]:
+    """``["train.lr=3e-3", "model.width=32"]`` -> ``{"train": {"lr": 0.003}, ...}``: the values
+    read as JSON where they parse (numbers, lists, true/false), else as text."""
+    out: dict[str, dict] = {"train": {}, "model": {}, "dataset": {}}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        part, dot, name = key.partition(".")
+        if not sep or not dot or part not in out or not name:
+            raise SystemExit(
+                f"--set {pair!r}: write PART.KEY=VALUE with PART one of train, model, dataset "
+                "(e.g. --set train.batch_size=4)"
+            )
+        try:
+            out[part][name] = json.loads(value)
+        except json.JSONDecodeError:
+            out[part][name] = value
+    return out
+
+
 def dataset_options(dataset: str, args) -> dict:
     return dict((QUICK if args.quick else DATASETS)[dataset])
 
@@ -38,8 +61,6 @@ def run_config(
     over the presets and the table's split sizes (preset trials, ``accuracy/tune.py``);
     ``train_seed``: the training's seed (initialisation, order of the batches) when it differs
     from ``args.seed``, which generates the data (the splits stay those of ``args.seed``)."""
-    from meshop.train.config import RunConfig
-
     settings = settings or {}
     return RunConfig(
         dataset=dataset,
@@ -64,13 +85,8 @@ def run_config(
 
 
 def run_trainer(run, out_dir, test: bool = True):
-    """The :class:`~meshop.train.Trainer` that ``meshop train`` makes for ``run`` writing into
-    ``out_dir`` (:func:`meshop.train.run.build_trainer` of its plan; the test split only when
-    ``test``), and the seconds it took to load the splits and to prepare the data
-    (``{"load_s": ..., "prepare_s": ...}``)."""
-    import dataclasses
-
-    from meshop.train.run import build_trainer, plan_run
-
-    plan = plan_run(dataclasses.replace(run, out=str(out_dir)))
-    return build_trainer(plan, test=test, log=lambda *_: None)
+    """The :class:`~meshop.train.Trainer` that ``meshop train`` makes for ``run``
+    (:func:`meshop.train.run.build_trainer`; the test split only when ``test``), and the seconds
+    it took to load the splits and to prepare the data (``{"load_s": ..., "prepare_s": ...}``)."""
+    trainer, details = build_trainer(run, out_dir, test=test, log=lambda *_: None)
+    return trainer, {key: details[key] for key in ("load_s", "prepare_s")}

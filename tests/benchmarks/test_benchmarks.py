@@ -16,6 +16,7 @@ from benchmarks import run_all
 from benchmarks.accuracy import grid_zero_shot, large_mesh_zero_shot, tune
 from benchmarks.accuracy import model_table as accuracy
 from benchmarks.lib import attention_layers, common
+from benchmarks.lib.training_runs import parse_settings
 from benchmarks.report import figures, summary
 from benchmarks.speed import global_attention, local_attention, whole_models
 
@@ -449,7 +450,7 @@ def test_grid_zero_shot_stages_run_from_the_old_grid_path_to_the_models_forward(
 
 
 def test_tune_reads_settings_and_tabulates_trials(tmp_path):
-    chosen = tune.settings(["train.lr=3e-3", "model.path=mesh", "dataset.num_train=10"])
+    chosen = parse_settings(["train.lr=3e-3", "model.path=mesh", "dataset.num_train=10"])
     assert chosen == {
         "train": {"lr": 0.003},
         "model": {"path": "mesh"},
@@ -457,7 +458,7 @@ def test_tune_reads_settings_and_tabulates_trials(tmp_path):
     }
     for bad in ("lr=3e-3", "optim.lr=1", "train.lr"):
         with pytest.raises(SystemExit, match="PART.KEY=VALUE"):
-            tune.settings([bad])
+            parse_settings([bad])
     trial = dict(dataset="elasticity", model="pit", epochs=3, parameters=1000, train_seconds=9.4)
     trials = [
         {**trial, "settings": [], "test_rel_l2": 0.5, "load_average": 1.0},
