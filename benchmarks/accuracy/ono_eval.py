@@ -36,7 +36,7 @@ from meshop.models import ONO
 from meshop.nn import OrthogonalAttention
 from meshop.train import TrainConfig
 from meshop.train.checkpoint import load_model
-from meshop.train.data import describe
+from meshop.train.data import prepare_data
 from meshop.train.losses import relative_lp
 from meshop.train.trainer import Trainer, seed_everything
 
@@ -131,10 +131,6 @@ def condition(model) -> float:
 
 
 def run_case(dataset: str, mode: str, train_set, test_set, args) -> dict:
-    info = describe(train_set[0])
-    seed_everything(args.seed)
-    sizes = info["in_channels"], info["out_channels"], info["pos_dim"]
-    model = ONO(*sizes, orthonormalize=mode, **ONO_CONFIG)
     config = TrainConfig(
         epochs=args.epochs,
         batch_size=args.batch_size,
@@ -146,9 +142,13 @@ def run_case(dataset: str, mode: str, train_set, test_set, args) -> dict:
         progress=False,
         device="cpu",
     )
+    start = time.perf_counter()
+    data = prepare_data(train_set, test_set, config)
+    seed_everything(args.seed)
+    sizes = data.info["in_channels"], data.info["out_channels"], data.info["pos_dim"]
+    model = ONO(*sizes, orthonormalize=mode, **ONO_CONFIG)
     with tempfile.TemporaryDirectory() as run_dir:
-        start = time.perf_counter()
-        trainer = Trainer(model, train_set, test_set, config, run_dir)
+        trainer = Trainer(model, data, out_dir=run_dir)
         metrics = trainer.fit()
         seconds = time.perf_counter() - start
         trained = trainer.model.eval()

@@ -5,12 +5,13 @@ titles."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from meshop.models.registry import MODELS as REGISTERED
 from meshop.train.config import RunConfig
-from meshop.train.run import build_trainer
+from meshop.train.run import build_trainer, plan_run
 
 #: split sizes and dataset options, the same for every model of a dataset
 DATASETS = {
@@ -85,8 +86,9 @@ def run_config(
 
 
 def run_trainer(run, out_dir, test: bool = True):
-    """The :class:`~meshop.train.Trainer` that ``meshop train`` makes for ``run``
-    (:func:`meshop.train.run.build_trainer`; the test split only when ``test``), and the seconds
-    it took to load the splits and to prepare the data (``{"load_s": ..., "prepare_s": ...}``)."""
-    trainer, details = build_trainer(run, out_dir, test=test, log=lambda *_: None)
-    return trainer, {key: details[key] for key in ("load_s", "prepare_s")}
+    """The :class:`~meshop.train.Trainer` that ``meshop train`` makes for ``run`` writing into
+    ``out_dir`` (:func:`meshop.train.run.build_trainer` of its plan; the test split only when
+    ``test``), and the seconds it took to load the splits and to prepare the data
+    (``{"load_s": ..., "prepare_s": ...}``)."""
+    plan = plan_run(dataclasses.replace(run, out=str(out_dir)))
+    return build_trainer(plan, test=test, log=lambda *_: None)
