@@ -366,67 +366,39 @@ def test_plots_draw_every_figure_from_the_results(tmp_path):
         assert (tmp_path / "figures" / f"benchmarks_{name}.png").stat().st_size > 10_000
 
 
-def test_readme_accuracy_section_is_generated_from_the_measured_results():
-    """The README's accuracy text, table and findings are those of accuracy.json (rerun
-    ``python -m benchmarks.accuracy.model_table --tables-from benchmarks/results/accuracy.json``
-    after changing the results)."""
+def accuracy_section(table: str) -> str:
+    return f"<!-- --8<-- [start:accuracy] -->\n{table}\n<!-- --8<-- [end:accuracy] -->"
+
+
+def test_readme_accuracy_table_is_generated_from_the_measured_results():
+    """The README's accuracy table is accuracy.json's (rerun ``python -m
+    benchmarks.accuracy.model_table --tables-from benchmarks/results/accuracy.json`` after
+    changing the results); the sentences around it are checked in tests/docs."""
     data = json.loads((BENCHMARKS / "results" / "accuracy.json").read_text())
     readme = (BENCHMARKS.parent / "README.md").read_text()
-    assert accuracy.summary_table(data["records"]) in readme
-    assert accuracy.readme_section(data) in readme
+    assert accuracy_section(accuracy.summary_table(data["records"])) in readme
 
 
-def test_accuracy_findings_are_computed_from_the_records(tmp_path):
-
-    def row(dataset, model, error, **extra):
-        options = {"num_train": 400 if dataset == "darcy-mesh" else 200, "num_test": 50}
-        return {
-            "dataset": dataset,
-            "model": model,
-            "test_rel_l2": error,
-            "options": options,
-            **extra,
-        }
-
-    records = [
-        row("darcy", "pit", 0.04, super_resolution={"22": 0.04, "43": 0.05, "85": 0.06}),
-        row("darcy", "galerkin", 0.03, super_resolution={"22": 0.03, "43": 0.033, "85": 0.04}),
-        row("elasticity", "pit", 0.1),
-        row("elasticity", "ono", 0.2),
-        row("elasticity", "mlp", 0.3),
-        row("darcy-mesh", "galerkin", 0.15, refinement={"0": 0.15, "1": 0.3, "2": 0.45}),
-        row("darcy-mesh", "pit", 0.05, refinement={"0": 0.05, "1": 0.06, "2": 0.075}),
-        row("darcy-mesh", "mlp", 0.4, refinement={"0": 0.4, "1": 0.4, "2": 0.4}),
-    ]
-    text = accuracy.findings(records)
-    assert "Every operator's error is below the MLP baseline's on every dataset." in text
-    losing = [
-        row("airfoil", "pit", 0.29, spread=0.02),
-        row("airfoil", "galerkin", 0.5, spread=0.01),
-        row("airfoil", "ono", 0.25, spread=0.01),
-        row("airfoil", "mlp", 0.3, spread=0.005),
-    ]
-    lost = " ".join(accuracy.findings(records + losing).split())
-    assert (
-        "At or above the MLP baseline's error: Galerkin Transformer on Airfoil (0.5000 against "
-        "0.3000). Below it by no more than the seed spread (no win): PiT on Airfoil (0.2900 "
-        "against 0.3000)." in lost
-    )
-    assert "ONO on Airfoil" not in lost and "Every operator" not in lost
-    assert "8.0x on DarcyMesh (PiT 0.0500 against 0.4000) and 3.0x on Elasticity" in text
-    assert "PiT's error is 1.20x and 1.50x its error at the training resolution" in text
-    assert "every model's error is 1.10x to 1.25x its error on the training grid" in text
-    info = {"seed": 0, "date": "today", "command": "python accuracy.py", "wall_seconds": 3000}
-    section = accuracy.readme_section({"machine": {**info, "jobs": 2}, "records": records})
-    assert "training on 200 (400 on Darcy-mesh)" in " ".join(section.split())
-    assert "the whole table took 50 min with 2 runs" in " ".join(section.split())
+def test_accuracy_tables_of_the_project_results_update_the_readme_table(tmp_path, monkeypatch):
+    """Tables drawn into the project's own result folder rewrite the README's marked table and
+    nothing else; drawn elsewhere (a quick run), they leave the README alone."""
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(BENCHMARKS / "results" / "accuracy.json", results)
     readme = tmp_path / "README.md"
-    readme.write_text(f"top\n{accuracy.README_START}\nold\n{accuracy.README_END}\nbottom\n")
-    accuracy.update_readme({"machine": {**info, "jobs": 2}, "records": records}, readme)
-    assert readme.read_text() == f"top\n{section}\nbottom\n"
+    readme.write_text(f"top\n{accuracy_section('old')}\nbottom\n")
+    monkeypatch.setattr(accuracy, "README", readme)
+    monkeypatch.setattr(common, "RESULTS", results.resolve())
+    redraw = ["--tables-from", str(results / "accuracy.json"), "--out"]
+    accuracy.main([*redraw, str(tmp_path / "elsewhere")])
+    assert readme.read_text() == f"top\n{accuracy_section('old')}\nbottom\n"
+    accuracy.main([*redraw, str(results)])
+    records = json.loads((results / "accuracy.json").read_text())["records"]
+    table = accuracy.summary_table(records)
+    assert readme.read_text() == f"top\n{accuracy_section(table)}\nbottom\n"
     readme.write_text("no markers")
     with pytest.raises(SystemExit, match="lacks the markers"):
-        accuracy.update_readme({"machine": info, "records": records}, readme)
+        accuracy.main([*redraw, str(results)])
 
 
 def test_grid_zero_shot_stages_run_from_the_old_grid_path_to_the_models_forward():
@@ -476,16 +448,18 @@ def _results():
     return summary.load(BENCHMARKS / "results")
 
 
-def test_readme_speed_table_and_docs_summary_are_generated_from_the_results():
-    data = _results()
+def speed_section(table: str) -> str:
+    return f"<!-- --8<-- [start:speed] -->\n{table}\n<!-- --8<-- [end:speed] -->"
+
+
+def test_readme_speed_table_is_generated_from_the_results_and_the_docs_include_it():
     readme = (BENCHMARKS.parent / "README.md").read_text()
-    assert summary.readme_section(data) in readme, "run python -m benchmarks.report.summary"
-    written = (BENCHMARKS / "results" / "summary.md").read_text()
-    assert written == summary.summary_markdown(data), "run python -m benchmarks.report.summary"
-    # the Benchmarks page shows the generated table, not a copy of it
+    assert speed_section(summary.table(_results())) in readme, (
+        "run python -m benchmarks.report.summary"
+    )
     page = (BENCHMARKS.parent / "docs" / "benchmarks.md").read_text()
-    assert '--8<-- "benchmarks/results/summary.md:results"' in page
-    assert "| aim | measured |" not in page
+    assert '--8<-- "README.md:speed"' in page  # the table itself, not a copy of it
+    assert "| what | measured |" not in page
 
 
 def test_summary_follows_the_numbers_of_the_result_files():
@@ -495,22 +469,20 @@ def test_summary_follows_the_numbers_of_the_result_files():
     ours = next(r for r in records if r.items() >= {**case, "impl": "meshop"}.items())
     dense = next(r for r in records if r.items() >= {**case, "impl": "dense"}.items())
     ours.update(peak_mb=dense["peak_mb"] / 4, time_s=dense["time_s"] / 3)
-    headline, readme = summary.rows(data)
-    assert headline[0][2] == "not met (4x less)"
-    assert readme[0][1].endswith("(4x less), 3.0x faster")
-    # a training step 25x faster meets the aim, and the README drops the explanation
+    row = summary.rows(data)[0]
+    assert row[1].endswith("(4x less), 3.0x faster") and row[2] == "10x less memory: not met"
+    # a training step 25x faster meets the aim
     training = data["models"]["records"]
     step = next(r for r in training if r.items() >= {"n": 972, "impl": "dense"}.items())
     pit = next(
         r for r in training if r.items() >= {"n": 972, "impl": "meshop", "model": "PiT"}.items()
     )
     pit["time_s"] = step["time_s"] / 25
-    headline, readme = summary.rows(data)
-    assert headline[4][2] == "met" and "25.0x faster" in headline[4][1]
-    assert readme[4][1].startswith("25.0x faster") and "not met" not in readme[4][1]
+    row = next(r for r in summary.rows(data) if r[0].startswith("PiT training step, 972"))
+    assert row[1].startswith("25.0x faster") and row[2] == "20x faster: met"
     # a case missing from the results (a quick run) is shown as such, not invented
-    data["position_attention"]["records"].remove(ours)
-    assert summary.rows(data)[0][0][1] == summary.NOT_MEASURED
+    records.remove(ours)
+    assert summary.rows(data)[0][1] == summary.NOT_MEASURED
 
 
 def test_summary_reports_the_training_steps_against_the_papers_code():
@@ -518,22 +490,21 @@ def test_summary_reports_the_training_steps_against_the_papers_code():
     records = data["speed_vs_reference"]["records"]
     for record in records:
         if record["case"] in ("ONO, 16x16 grid, batch 20", "ONO, 972 nodes, batch 8"):
-            ref = record["reference"]
-            record["meshop"].update(median_s=ref["median_s"] / 2, median_cpu_s=ref["median_cpu_s"])
-    headline, readme = summary.rows(data)
-    ono_long, ono_short = headline[-1], readme[-1]
-    assert ono_long[0].startswith("ONO as the authors' ONO2") and "1.5x faster" in ono_long[0]
-    assert "one thread: 2.00x / 2.00x (CPU time 1.00x / 1.00x)" in ono_long[1]
-    assert ono_long[2] == "met" and "aim" not in ono_short[1]
-    # one ratio below the aim at any thread count: not met, and the README names the aim
-    record = next(r for r in records if r["case"] == "ONO, 972 nodes, batch 8")
+            record["meshop"]["median_s"] = record["reference"]["median_s"] / 2
+    what, measured, aim = summary.rows(data)[-1]
+    assert what.startswith("training step vs the papers' code: ONO as the authors' ONO2")
+    assert measured == "2.00x / 2.00x (one thread), 2.00x / 2.00x (two threads)"
+    assert aim == "1.5x faster: met"
+    # one ratio below the aim at any thread count: not met
+    record = next(
+        r for r in records if r["case"] == "ONO, 972 nodes, batch 8" and r["threads"] == 2
+    )
     record["meshop"]["median_s"] = record["reference"]["median_s"]
-    headline, readme = summary.rows(data)
-    assert headline[-1][2] == "not met" and "2.00x / 1.00x" in headline[-1][1]
-    assert readme[-1][1].endswith("; aim 1.5x")
+    _, measured, aim = summary.rows(data)[-1]
+    assert measured.endswith("2.00x / 1.00x (two threads)") and aim == "1.5x faster: not met"
     # a case missing from the results (at every thread count) is shown as such
     records[:] = [r for r in records if r["case"] != "ONO, 972 nodes, batch 8"]
-    assert summary.rows(data)[0][-1][1] == summary.NOT_MEASURED
+    assert summary.rows(data)[-1][1] == summary.NOT_MEASURED
 
 
 def test_summary_command_rewrites_only_the_marked_readme_section(tmp_path):
@@ -542,14 +513,13 @@ def test_summary_command_rewrites_only_the_marked_readme_section(tmp_path):
     for name in summary.SOURCES:
         shutil.copy(BENCHMARKS / "results" / f"{name}.json", results)
     readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{summary.README_START}\nold table\n{summary.README_END}\nrest\n")
+    readme.write_text(f"intro\n{speed_section('old table')}\nrest\n")
     args = ["--results", str(results), "--readme", str(readme)]
     assert summary.main([*args, "--check"]) == 1
     assert summary.main(args) == 0
     assert summary.main([*args, "--check"]) == 0
-    text = readme.read_text()
-    assert text.startswith("intro\n") and text.endswith("\nrest\n") and "old table" not in text
-    assert summary.readme_section(summary.load(results)) in text
+    table = summary.table(summary.load(results))
+    assert readme.read_text() == f"intro\n{speed_section(table)}\nrest\n"
     readme.write_text("no markers\n")
     with pytest.raises(SystemExit, match="lacks the markers"):
         summary.main(args)
@@ -570,8 +540,8 @@ def test_attention_cost_verdict_follows_the_growth_of_each_form():
         ]
         return {"linear_attention": {"records": records}}
 
-    assert summary._linear(data(1))[0][2].startswith("met")
-    assert summary._linear(data(2))[0][2] == "not met: a linear form grows faster"
+    assert summary.attention_cost(data(1))[0][2] == "linear in n, softmax quadratic: met"
+    assert summary.attention_cost(data(2))[0][2] == "linear in n, softmax quadratic: not met"
 
 
 def test_accuracy_runs_longest_first(tmp_path):

@@ -48,18 +48,15 @@ def test_the_summary_checks_the_large_mesh_aims_model_by_model():
     records = [record("pit", 10**7, "chunks", 2.5), record("ono", 10**7, "chunks", 7.0)]
     records += [record(m, 10**6, "train, chunks", 1.0) for m in summary.LARGE_NAMES]
     records[-1]["total_peak_mb"] = 5 * 1024  # the MLP over 4 GB
-    (inference, training), (short, _) = summary._large_meshes(
-        {"large_meshes": {"records": records}}
-    )
+    inference, training = summary.large_meshes({"large_meshes": {"records": records}})
+    aim = "PiT under 3 GB, the others under 8 GB"
     assert inference[1] == "PiT 10.00 s, 2.50 GB; ONO 10.00 s, 7.00 GB"
-    assert inference[2] == "met; not measured: Galerkin Transformer, Transolver, MLP"
-    assert training[2] == "not met (MLP)"
-    assert short[1] == inference[1]
+    assert inference[2] == f"{aim}: met; not measured: Galerkin Transformer, Transolver, MLP"
+    assert training[2] == "under 4 GB: not met (MLP)"
     records[0]["total_peak_mb"] = 3.5 * 1024  # PiT's own aim is 3 GB
-    assert summary._large_meshes({"large_meshes": {"records": records}})[0][0][2].startswith(
-        "not met (PiT)"
-    )
-    assert summary._large_meshes({})[0][0][1:] == ["not measured", ""]
+    inference, _ = summary.large_meshes({"large_meshes": {"records": records}})
+    assert inference[2].startswith(f"{aim}: not met (PiT)")
+    assert summary.large_meshes({})[0][1:] == ["not measured", aim]
 
 
 def test_growth_exponents_compare_a_case_with_its_own_smaller_size():

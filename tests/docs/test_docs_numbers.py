@@ -1,7 +1,7 @@
-"""One source for every measured number of the documentation: the pages include the tables and
-sentences generated from ``benchmarks/results/`` instead of copying their figures by hand."""
+"""One source for every measured number of the documentation: the pages include the tables
+generated from ``benchmarks/results/``, and the few figures their prose quotes by hand are checked
+against the result files here, so that a rerun of the benchmarks cannot leave a stale copy."""
 
-import copy
 import json
 import re
 from pathlib import Path
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.accuracy import ono_eval
-from benchmarks.lib import notes
-from benchmarks.report import notes as notes_command
+from benchmarks.lib.common import fmt_count, fmt_mb, fmt_time
+from benchmarks.lib.training_runs import NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
@@ -21,8 +21,6 @@ SNIPPET = re.compile(r'^--8<-- "([^"]+?)(?::(\w+))?"$', re.M)
 # a measured figure as the result tables print it: "1.43 s", "91.8 MB", "3.6x", "0.0425" (an aim,
 # "aim 1.5x", is not a measurement)
 FIGURE = re.compile(r"(?<![\w.^])(?<!aim )(\d+\.\d+ ?(?:µs|ms|s|MB|GB|TB|x)|\d\.\d{3,})(?!\w)")
-# the generated tables and result files a figure may come from, and the generated notes
-GENERATED = ("summary.md", "notes.md")
 
 
 #: figures of a page that equal a figure of a result table without being copied from it
@@ -49,8 +47,6 @@ def result_figures() -> dict[str, str]:
     """Every figure of the measured tables in benchmarks/results/ (figure -> file)."""
     found = {}
     for table in sorted(RESULTS.glob("*.md")):
-        if table.name in GENERATED:
-            continue
         for match in FIGURE.finditer(table.read_text()):
             found.setdefault(match[1].replace(" ", ""), table.name)
     return found
@@ -61,65 +57,103 @@ def prose(page: Path) -> str:
     return SNIPPET.sub("", page.read_text())
 
 
-def test_notes_are_generated_from_the_results_and_included():
-    data = notes.load(RESULTS)
-    assert (RESULTS / "notes.md").read_text() == notes.notes_markdown(data), (
-        "run python -m benchmarks.report.summary"
-    )
-    # every section is included by a page, and every included section exists
-    used = {
-        section for page in DOCS for file, section in included(page) if file.endswith("notes.md")
+def records(name: str, **match) -> list[dict]:
+    """The measured records of ``benchmarks/results/<name>.json`` whose fields equal ``match``."""
+    found = json.loads((RESULTS / f"{name}.json").read_text())["records"]
+    return [r for r in found if r.items() >= match.items() and "time_s" in r]
+
+
+def quoted() -> dict[str, list[str]]:
+    """The figures each page's prose quotes by hand, as the result files have them now."""
+    pit = {r["n"]: r for r in records("models", table="training", model="PiT", impl="meshop")}
+    dense = {r["n"]: r for r in records("models", table="training", model="PiT", impl="dense")}
+    faster = {n: f"{dense[n]['time_s'] / pit[n]['time_s']:.1f}x" for n in dense}
+    less = {n: f"{dense[n]['peak_mb'] / pit[n]['peak_mb']:.1f}x" for n in dense}
+    larger = [f"{faster[n]} faster and {less[n]} less memory at {n:,} nodes" for n in (9720, 97200)]
+    inference = {r["fields"]: r for r in records("models", table="inference", n=10**6)}
+    field = max(records("neighbors", operation="quantile"), key=lambda r: r["n"])
+    return {
+        "benchmarks.md": [
+            f"Why the PiT training step is {faster[972]} and not 20x faster.",
+            *larger,
+            *(f"{fmt_time(r['time_s'])}, {fmt_mb(r['peak_mb'])}" for r in inference.values()),
+        ],
+        "domains.md": [
+            f"On {fmt_count(field['n'])} random points in the unit square, the 1% quantile field "
+            f"of 1024 targets (about {field['n'] // 100:,} neighbours each) took "
+            f"{fmt_time(field['time_s'])} and {fmt_mb(field['peak_mb'])} on one CPU thread"
+        ],
     }
-    assert used == set(notes.SECTIONS)
+
+
+@pytest.mark.parametrize("page", sorted(quoted()))
+def test_quoted_figures_are_those_of_the_result_files(page):
+    """Prose that quotes a measured figure by hand quotes the result files' (after a rerun of
+    the benchmark, update the sentence)."""
+    text = " ".join((ROOT / "docs" / page).read_text().split())
+    for quote in quoted()[page]:
+        assert quote in text, f"{page} should say: {quote}"
+
+
+def test_every_included_section_exists():
     for page in [ROOT / "README.md", *DOCS]:
         for file, section in included(page):
-            text = (ROOT / file).read_text()
             if section:
+                text = (ROOT / file).read_text()
                 assert f"[start:{section}]" in text, f"{page.name} includes {file}:{section}"
 
 
-def test_notes_follow_the_numbers_of_the_result_files():
-    data = copy.deepcopy(notes.load(RESULTS))
-    training = data["models"]["records"]
+def test_readme_accuracy_prose_quotes_the_result_file():
+    """The sentences around the README's accuracy table (its command, date, time and findings)
+    quote accuracy.json (after new results, update them)."""
+    data = json.loads((RESULTS / "accuracy.json").read_text())
+    info, found = data["machine"], data["records"]
+    error = {(r["dataset"], r["model"]): r["test_rel_l2"] for r in found}
 
-    def record(**match):
-        return next(r for r in training if r.items() >= match.items())
+    def versus(dataset: str, model: str) -> str:
+        return f"{NAMES[model]} {error[dataset, model]:.4f} against {error[dataset, 'mlp']:.4f}"
 
-    ours = record(table="training", model="PiT", impl="meshop", n=972)
-    dense = record(table="training", model="PiT", impl="dense", n=972)
-    big_ours = record(table="training", model="PiT", impl="meshop", n=9720)
-    big_ours.update(time_s=record(table="training", impl="dense", n=9720)["time_s"] / 12.5)
-    ours["time_s"] = dense["time_s"] / 3.6
-    step = notes.pit_step(data)
-    assert "is 3.6x and not 20x faster" in " ".join(step.split())
-    assert "12.5x faster" in step
-    ours["time_s"] = dense["time_s"] / 25
-    step = " ".join(notes.pit_step(data).split())
-    assert step.startswith("**Why the PiT training step is 25.0x faster.**")
-    # the inference sentence quotes the largest mesh's records
-    quantile = next(r for r in training if r.get("table") == "inference" and r["n"] == 10**6)
-    quantile["time_s"] = 123.4
-    assert "123.40 s" in notes.large_mesh(data)
-    data["models"]["records"] = [r for r in training if r.get("table") != "inference"]
-    assert notes.NOT_MEASURED in " ".join(notes.large_mesh(data).split())
-    field = max(
-        (r for r in data["neighbors"]["records"] if r["operation"] == "quantile"),
-        key=lambda r: r["n"],
+    quotes = [
+        f"measured {info['date']}; the whole table took {info['wall_seconds'] / 60:.0f} min",
+        f"(`{info['command']}`;",
+    ]
+    for dataset, title in (
+        ("darcy-mesh", "DarcyMesh"),
+        ("elasticity", "Elasticity"),
+        ("airfoil", "Airfoil"),
+    ):
+        operators = [m for d, m in error if d == dataset and m != "mlp"]
+        best = min(operators, key=lambda m: error[dataset, m])
+        ratio = error[dataset, "mlp"] / error[dataset, best]
+        quotes.append(
+            f"{ratio:.{1 if ratio >= 1.95 else 2}f}x on {title} ({versus(dataset, best)})"
+        )
+        quotes += [  # the operators at or above the baseline's error
+            versus(dataset, m).replace(f"{NAMES[m]} ", f"{NAMES[m]} on {title} (")
+            for m in operators
+            if error[dataset, m] >= error[dataset, "mlp"]
+        ]
+    mesh = next(
+        r["refinement"] for r in found if (r["dataset"], r["model"]) == ("darcy-mesh", "pit")
     )
-    field["time_s"] = 3.21
-    assert "took 3.21 s" in " ".join(notes.quantile_field(data).split())
-    del data["neighbors"]
-    assert notes.quantile_field(data) == notes.NOT_MEASURED
+    quotes.append(f"PiT's error is {mesh['1'] / mesh['0']:.2f}x and {mesh['2'] / mesh['0']:.2f}x")
+    grids = [list(r["super_resolution"].values()) for r in found if "super_resolution" in r]
+    growth = [errors[1] / errors[0] for errors in grids]
+    quotes.append(f"every model's error is {min(growth):.2f}x to {max(growth):.2f}x its error")
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for quote in quotes:
+        assert quote in readme, f"README.md should say: {quote}"
 
 
-def test_notes_command_writes_and_checks(tmp_path, capsys):
-    for name in notes.SOURCES:
-        (tmp_path / f"{name}.json").write_text((RESULTS / f"{name}.json").read_text())
-    args = ["--results", str(tmp_path)]
-    assert notes_command.main([*args, "--check"]) == 1
-    assert notes_command.main(args) == 0
-    assert notes_command.main([*args, "--check"]) == 0
-    assert (tmp_path / "notes.md").read_text() == (RESULTS / "notes.md").read_text()
+def test_readme_speed_prose_says_how_many_threads_measured():
+    """The sentence above the README's speed table: one torch thread per case for the layers and
+    models, one and two threads for the training steps against the papers' code."""
+    for name in ("position_attention", "local_attention", "models", "linear_attention"):
+        assert json.loads((RESULTS / f"{name}.json").read_text())["machine"]["threads"] == 1
+    reference = json.loads((RESULTS / "speed_vs_reference.json").read_text())["machine"]
+    assert reference["threads"] == [1, 2]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "one torch thread per case" in readme and "at one and two threads" in readme
 
 
 def test_galerkin_stage_table_starts_from_the_recorded_accuracy_row():
@@ -154,13 +188,17 @@ def test_ono_tables_fit_and_follow_the_records():
 
 @pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
 def test_no_measured_figure_copied_by_hand(page):
-    """No figure of a measured table appears in a page's own text: a page shows it by including
-    the table or a generated note, so a rerun of the benchmarks cannot leave a stale copy."""
+    """No figure of a measured table appears in a page's own text unless the page quotes it in a
+    sentence checked above: a page shows it by including the table, so that a rerun of the
+    benchmarks cannot leave a stale copy."""
     figures = result_figures()
+    checked = " ".join(quoted().get(page.name, []))
     copied = [
         f"{match[1]} (from {figures[match[1].replace(' ', '')]})"
         for match in FIGURE.finditer(prose(page))
-        if match[1].replace(" ", "") in figures and match[1] not in NOT_COPIES.get(page.name, ())
+        if match[1].replace(" ", "") in figures
+        and match[1] not in NOT_COPIES.get(page.name, ())
+        and match[1] not in checked
     ]
     assert not copied, f"{page.name} copies measured figures by hand: {', '.join(copied)}"
 
