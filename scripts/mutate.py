@@ -112,14 +112,17 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         "meshop/models/mlp_baseline.py",
         ["tests/train/test_train.py", "tests/models/test_mlp_baseline.py"],
     ),
-    "grid": (
-        "meshop/nn/grid.py",
-        [
-            "tests/nn/test_grid_layers.py",
-            "tests/nn/test_grid_decoder.py",
-            "tests/nn/test_grid_options.py",
-        ],
-    ),
+    **{
+        name: (
+            f"meshop/nn/{name}.py",
+            [
+                "tests/nn/test_grid_layers.py",
+                "tests/nn/test_grid_decoder.py",
+                "tests/nn/test_grid_options.py",
+            ],
+        )
+        for name in ("cinn", "spectral_conv", "spectral_regressor")
+    },
     "galerkin_transformer": (
         "meshop/models/galerkin_transformer.py",
         ["tests/models/test_galerkin_transformer.py", "tests/models/test_galerkin_presets.py"],

@@ -255,4 +255,4 @@ class ONO(nn.Module):
         )
 
 
-__all__ = ["FEATURE_ATTENTIONS", "ONO", "FeatureBlock", "SolutionBlock"]
+__all__ = ["ONO"]

@@ -30,9 +30,6 @@ from meshop.nn.chunked import (
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
 
-#: the former name of :func:`meshop.data.batching.node_set_weights`
-pit_weights = node_set_weights
-
 
 class PiT(nn.Module):
     r"""Position-induced Transformer (PiT Sec. 2.3, Fig. 2, Table 9): an encoder-processor-decoder
@@ -343,4 +340,4 @@ def _field(where: str, quantile, k, radius) -> dict:
     return given
 
 
-__all__ = ["PiT", "PiTBlock", "pit_weights"]
+__all__ = ["PiT"]

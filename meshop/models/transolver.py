@@ -159,4 +159,4 @@ class Transolver(nn.Module):
         )
 
 
-__all__ = ["Transolver", "TransolverBlock"]
+__all__ = ["Transolver"]

@@ -1,9 +1,4 @@
-r"""Softmax-free Galerkin-type self-attention (Galerkin Transformer eq. (6)).
-
-The multi-head frame lives in :mod:`meshop.nn.head_attention`, Fourier-type attention in
-:mod:`meshop.nn.fourier_attention` and the quadrature reductions in :mod:`meshop.nn.quadrature`;
-their names are re-exported here for imports of this module's former contents.
-"""
+r"""Softmax-free Galerkin-type self-attention (Galerkin Transformer eq. (6))."""
 
 from __future__ import annotations
 
@@ -11,10 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from meshop.data.weights import default_weight
-from meshop.nn.fourier_attention import FourierAttention
-from meshop.nn.head_attention import HeadAttention, HeadLayerNorm
-from meshop.nn.quadrature import equal_weight, log_weight_mask, weighted_moment
+from meshop.nn.head_attention import HeadAttention
+from meshop.nn.quadrature import equal_weight, weighted_moment
 
 
 class GalerkinAttention(HeadAttention):
@@ -78,12 +71,4 @@ class GalerkinAttention(HeadAttention):
         return out.view(n, -1)
 
 
-__all__ = [
-    "FourierAttention",
-    "GalerkinAttention",
-    "HeadAttention",
-    "HeadLayerNorm",
-    "default_weight",
-    "log_weight_mask",
-    "weighted_moment",
-]
+__all__ = ["GalerkinAttention"]
