@@ -34,8 +34,8 @@ def main(argv=None) -> dict:
     sizes = dict(num_train=8, num_test=2) if args.smoke else dict(num_train=256, num_test=64)
     data = dict(resolution=256, fine_resolution=1024, progress=not args.smoke, **sizes)
     train_set, test_set = Burgers(split="train", **data), Burgers(split="test", **data)
-    size = dict(channels=16, width=8, modes=4, layers=1) if args.smoke else {}
-    size = {"channels": 48, "width": 24, "modes": 12, "layers": 2, **size}
+    size = dict(width=16, spectral_width=8, modes=4, layers=1) if args.smoke else {}
+    size = {"width": 48, "spectral_width": 24, "modes": 12, "layers": 2, **size}
     config = TrainConfig(
         epochs=1 if args.smoke else args.epochs,
         batch_size=8,

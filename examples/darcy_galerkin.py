@@ -39,10 +39,10 @@ def main(argv=None) -> dict:
     test_set = Darcy(split="test", resolution=29, **data)
 
     seed_everything(0)
-    small = dict(channels=16, heads=2, layers=1, width=8, modes=4) if args.smoke else {}
+    small = dict(width=16, heads=2, layers=1, spectral_width=8, modes=4) if args.smoke else {}
     model = GalerkinTransformer.darcy(
         in_channels=node_features(train_set[0]).shape[1],  # [a, x, y]
-        **{"channels": 64, "heads": 4, "layers": 3, "width": 16, "modes": 8, **small},
+        **{"width": 64, "heads": 4, "layers": 3, "spectral_width": 16, "modes": 8, **small},
         coarse_shape=15,
     )
     config = TrainConfig(

@@ -127,6 +127,7 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
         "meshop/models/galerkin_transformer.py",
         ["tests/models/test_galerkin_transformer.py", "tests/models/test_galerkin_presets.py"],
     ),
+    "base": ("meshop/models/base.py", ["tests/models/test_base.py"]),
     "registry": (
         "meshop/models/registry.py",
         ["tests/train/test_train_registry.py", "tests/models/test_registry_errors.py"],

@@ -158,7 +158,7 @@ def toy_samples(count: int, seed: int = 0):
 
 def tiny_model(seed: int = 0) -> MLPBaseline:
     seed_everything(seed)
-    return MLPBaseline(in_channels=4, out_channels=1, pos_dim=2, hidden_channels=16, num_layers=3)
+    return MLPBaseline(in_channels=4, out_channels=1, pos_dim=2, width=16, layers=3)
 
 
 class NoisyMLP(MLPBaseline):
@@ -176,7 +176,7 @@ class NoisyMLP(MLPBaseline):
 
 def noisy_model(seed: int = 0) -> NoisyMLP:
     seed_everything(seed)
-    return NoisyMLP(in_channels=4, out_channels=1, pos_dim=2, hidden_channels=16, num_layers=3)
+    return NoisyMLP(in_channels=4, out_channels=1, pos_dim=2, width=16, layers=3)
 
 
 def quiet(**changes) -> TrainConfig:
@@ -196,8 +196,8 @@ TINY_DEMO = DemoSettings(
     epochs=1,
     batch_size=2,
     latent_points=16,
-    pit=dict(width=8, heads=1, blocks=1, encoder_k=4, decoder_k=4),
-    mlp=dict(hidden_channels=8, num_layers=2),
+    pit=dict(width=8, heads=1, layers=1, encoder_k=4, decoder_k=4),
+    mlp=dict(width=8, layers=2),
     vtu_samples=1,
     new_points=5,
 )

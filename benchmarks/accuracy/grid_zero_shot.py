@@ -80,7 +80,7 @@ def names(checkpoints: Sequence[str]) -> str:
 
 def training_grid(ckpt: dict, model: nn.Module) -> tuple[int, ...]:
     """The recorded training grid, else the checkpoint dataset's ``resolution`` per axis."""
-    recorded = model.config.get("grid_shape")
+    recorded = model.grid_shape
     if recorded is not None:
         return tuple(recorded)
     resolution = ckpt["data"].get("dataset_args", {}).get("resolution")

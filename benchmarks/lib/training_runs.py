@@ -9,7 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from meshop.models.registry import MODELS as REGISTERED
+from meshop.models.registry import MODELS, model_class
 from meshop.train.config import RunConfig
 from meshop.train.run import build_trainer, plan_run
 
@@ -29,7 +29,7 @@ QUICK = {
     "darcy-mesh": dict(num_train=4, num_test=2, max_area=0.01),
 }
 #: the models' titles, as the tables name them
-NAMES = {name: entry.title for name, entry in REGISTERED.items()}
+NAMES = {name: model_class(name).title for name in MODELS}
 
 
 def parse_settings(pairs: list[str]) -> dict[str, dict]:

@@ -25,11 +25,11 @@ from meshop.models import ONO, GalerkinTransformer, MLPBaseline, PiT, Transolver
 #: every model at the size ``meshop train`` gives it on the CPU datasets (meshop.train.presets),
 #: as :func:`build_preset` builds it
 PRESET_MODELS = {
-    "pit": "PiT(width=64, heads=2, blocks=4), 1% quantile fields, 256 latent nodes",
-    "galerkin": "GalerkinTransformer(channels=64, layers=4, heads=4), 256 latent nodes",
+    "pit": "PiT(width=64, heads=2, layers=4), 1% quantile fields, 256 latent nodes",
+    "galerkin": "GalerkinTransformer(width=64, layers=4, heads=4), 256 latent nodes",
     "ono": "ONO(width=64, layers=4, heads=4, k=16)",
     "transolver": "Transolver(width=64, layers=4, heads=4, slices=32)",
-    "mlp": "MLPBaseline(hidden_channels=128, num_layers=4)",
+    "mlp": "MLPBaseline(width=128, layers=4)",
 }
 #: the farthest-point latent mesh of PiT and the Galerkin Transformer on large meshes (their
 #: presets use the input mesh, N x N at scale)
@@ -39,9 +39,9 @@ PRESET_LATENT = 256
 def build_preset(name: str):
     """One of :data:`PRESET_MODELS` on one input field and 2D coordinates."""
     if name == "pit":
-        return PiT(3, 1, 2, width=64, heads=2, blocks=4)
+        return PiT(3, 1, 2, width=64, heads=2, layers=4)
     if name == "galerkin":
-        return GalerkinTransformer(3, 1, 2, channels=64, layers=4, heads=4, path="mesh")
+        return GalerkinTransformer(3, 1, 2, width=64, layers=4, heads=4, path="mesh")
     if name == "ono":
         return ONO(3, 1, 2, width=64, layers=4, heads=4, k=16)
     if name == "transolver":
@@ -61,10 +61,10 @@ def build_model(name: str, **fields):
     if name == "PiT":
         receptive = fields or dict(encoder_quantile=PIT_QUANTILE, decoder_quantile=PIT_QUANTILE)
         # the paper's unweighted form, which meshop.testing.dense_pit computes
-        sizes = dict(width=PIT_WIDTH, heads=PIT_HEADS, blocks=PIT_BLOCKS, weighted=False)
+        sizes = dict(width=PIT_WIDTH, heads=PIT_HEADS, layers=PIT_BLOCKS, weighted=False)
         return PiT(in_channels, 1, 2, **sizes, **receptive)
     if name == "Galerkin Transformer":
-        sizes = dict(channels=PIT_WIDTH, heads=PIT_HEADS, layers=PIT_BLOCKS, path="mesh")
+        sizes = dict(width=PIT_WIDTH, heads=PIT_HEADS, layers=PIT_BLOCKS, path="mesh")
         return GalerkinTransformer(
             in_channels, 1, 2, **sizes, cross_heads=PIT_HEADS, quantile=PIT_QUANTILE
         )

@@ -1,7 +1,7 @@
 """Peak memory of `meshop train --dataset folder` over a folder of meshes larger than memory needs:
 a folder of ``--gb`` gigabytes of .vtu files (jittered ``--nodes``-node triangulations of the unit
 square with an input field ``load`` and the targets ``u`` and ``p``), then one epoch of
-``meshop train --dataset folder --model mlp --model-arg hidden_channels=16 --batch-size 1`` in a
+``meshop train --dataset folder --model mlp --model-arg width=16 --batch-size 1`` in a
 fresh process per case: lazy, lazy with 2 DataLoader workers, lazy on a tenth of the files, and
 every file cached in memory. Reported: the main process's resident-set high-water mark and the
 proportional set size of the process and its workers (sampled every 0.2 s).
@@ -110,7 +110,7 @@ def run_train(folder: Path, out: Path, threads: int, timeout: float, *extra: str
     """One epoch of ``meshop train`` on ``folder`` in a fresh process: its peak memory and time."""
     argv = [sys.executable, "-m", "meshop.cli", "train", "--dataset", "folder"]
     argv += ["--data-dir", str(folder), "--model", "mlp", "--epochs", "1", "--batch-size", "1"]
-    argv += ["--model-arg", "hidden_channels=16"]
+    argv += ["--model-arg", "width=16"]
     argv += ["--dataset-arg", 'inputs=["load"]', "--dataset-arg", 'targets=["u", "p"]']
     argv += ["--threads", str(threads), "--no-figures", "--no-progress", "--out", str(out)]
     path = os.pathsep.join([str(common.ROOT), os.environ.get("PYTHONPATH", "")])

@@ -222,33 +222,13 @@ def sample_ranges(batch: torch.Tensor, num_samples: int) -> list[tuple[int, slic
     return ranges
 
 
-def checked_features(data: Data, pos_dim: int, in_channels: int, model: str) -> torch.Tensor:
-    """:func:`node_features`, after checking that the data's dimension and input channels are the
-    ``pos_dim`` and ``in_channels`` the ``model`` was built with (:class:`ConfigError` else)."""
-    if data.pos.shape[1] != pos_dim:
-        raise ConfigError(
-            f"the model was built for {pos_dim}D coordinates but the data is {data.pos.shape[1]}D"
-        )
-    features = node_features(data)
-    if features.shape[1] != in_channels:
-        raise ConfigError(
-            f"the model expects {in_channels} input channels (node_features: x, pos, "
-            f"params) but the data has {features.shape[1]}; build {model} with "
-            f"in_channels={features.shape[1]}"
-        )
-    return features
-
-
-def nodes_with_queries(data: Data, pos_dim: int, in_channels: int, model: str):
+def nodes_with_queries(data: Data, features: torch.Tensor):
     """The nodes of a model that treats query points as extra nodes of their sample (ONO,
     Transolver): node features, coordinates, batch and quadrature weights of the mesh nodes
     followed, within each sample, by the query nodes with zero weight, and the mask of the query
     nodes (None when the data has no ``query_pos``). Missing weights are ``1 / n`` per sample.
-
-    Raises :class:`ConfigError` when the data's dimension or input channels are not the
-    ``pos_dim`` and ``in_channels`` the ``model`` was built with.
+    ``features`` are the mesh nodes' :func:`node_features`.
     """
-    features = checked_features(data, pos_dim, in_channels, model)
     pos, batch = data.pos, node_batch(data)
     weight = getattr(data, "weight", None)
     if weight is None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from meshop._pyg import Data
 from meshop.data.batching import (
-    checked_features,
     grid_shape_of,
     latent_nodes,
     node_batch,
@@ -20,6 +20,7 @@ from meshop.data.batching import (
 from meshop.data.grid import grid_tensor, interpolate_grid, node_tensor, sample_grid
 from meshop.data.latent import coarse_shape as divided_shape
 from meshop.errors import ConfigError
+from meshop.models.base import Operator
 from meshop.nn.blocks.galerkin_encoder_layer import NORMS, GalerkinEncoderLayer, check_attention
 from meshop.nn.chunked import (
     check_not_split,
@@ -37,15 +38,16 @@ from meshop.nn.spectral_regressor import SpectralRegressor
 
 #: Table 5 sizes, the defaults for 1D (Burgers) and 2D (Darcy) domains
 PAPER_SIZES = {
-    1: dict(channels=96, heads=1, layers=4, width=48, modes=16, project=False),
-    2: dict(channels=128, heads=4, layers=6, width=32, modes=12, project=True),
+    1: dict(width=96, heads=1, layers=4, spectral_width=48, modes=16, project=False),
+    2: dict(width=128, heads=4, layers=6, spectral_width=32, modes=12, project=True),
 }
 PATHS = ("auto", "grid", "mesh")
 DECODERS = ("spectral", "ffn")
 
 
-class GalerkinTransformer(nn.Module):
-    r"""Galerkin Transformer, or Fourier Transformer with ``attention="fourier"`` (Sec. 4, App. B).
+class GalerkinTransformer(Operator):
+    r"""Galerkin Transformer, or Fourier Transformer with ``attention="fourier"`` (Sec. 4, App. B;
+    :class:`FourierTransformer` has it by default).
 
     A stack of :class:`~meshop.nn.GalerkinEncoderLayer` (eq. (4), or eq. (7) with
     ``norm="regular"``) on a latent set of nodes, with coordinates appended to every attention head
@@ -85,42 +87,44 @@ class GalerkinTransformer(nn.Module):
     coarse grid (``meshop.data.grid_points(coarse_shape, bounds)``, C order) and ``y`` there:
     the prediction is then the decoder's own coarse-grid output.
 
-    Defaults follow Table 5 by dimension (``None`` arguments): 1D ``channels=96, heads=1,
-    layers=4, width=48, modes=16``; 2D and above ``channels=128, heads=4, layers=6, width=32,
-    modes=12, project=True``. The presets :meth:`burgers`, :meth:`darcy` and :meth:`inverse` build
-    the paper's networks (grid path only): 534k, 2.22M and 2.39M parameters against Table 5's
-    523k-530k, 2.22M and 2.38M.
+    Defaults follow Table 5 by dimension (``None`` arguments, resolved in ``config``): 1D
+    ``width=96, heads=1, layers=4, spectral_width=48, modes=16``; 2D and above ``width=128,
+    heads=4, layers=6, spectral_width=32, modes=12, project=True``. The presets :meth:`burgers`,
+    :meth:`darcy` and :meth:`inverse` build the paper's networks (grid path only): 534k, 2.22M
+    and 2.39M parameters against Table 5's 523k-530k, 2.22M and 2.38M.
 
     Args:
         in_channels (int): width of :func:`meshop.data.node_features` (x, pos, params).
         out_channels (int): output fields.
         pos_dim (int): spatial dimension :math:`m`.
-        attention (str): ``"galerkin"`` (GT), ``"fourier"`` (FT), ``"softmax"`` (ST) or
-            ``"linear"`` (LT).
-        channels (int, optional): encoder width :math:`d`.
+        attention (str, optional): ``"galerkin"`` (GT), ``"fourier"`` (FT), ``"softmax"`` (ST) or
+            ``"linear"`` (LT); default the class's :attr:`default_attention`.
+        width (int, optional): encoder width :math:`d`.
         heads (int, optional): attention heads.
         layers (int, optional): encoder layers.
         norm (str): ``"new"`` (eq. (4), per-head LN inside the attention) or ``"regular"``
             (eq. (7)).
-        hidden_channels (int, optional): FFN width of the encoder (default :math:`2d`).
+        mlp_ratio (float): FFN width of the encoder in units of ``width`` (the paper's
+            :math:`2d`).
         dropout (float): attention dropout.
         ffn_dropout (float): encoder FFN dropout.
         eta (float): gain of the Xavier part of the attention projections (eq. (17)).
         delta (float): diagonal added to the attention projection matrices (eq. (17)).
         decoder (str): ``"spectral"`` or ``"ffn"``.
-        width (int, optional): width of the spectral regressor.
+        spectral_width (int, optional): width of the spectral regressor.
         modes (int, optional): Fourier modes per axis of the spectral regressor.
         spectral_layers (int): spectral convolution layers.
-        project (bool, optional): project to ``width`` before the spectral layers (2D default).
+        project (bool, optional): project to ``spectral_width`` before the spectral layers (2D
+            default).
         coarse_shape (int or sequence, optional): the CiNN coarse grid (2D); default every third
             node of the training grid, ``ceil(n / 3)`` per axis. The paper: 43 for 141, 61 for
             211 (forward Darcy), 36 for 141 and 71 for 211 (inverse).
         grid_shape (int or sequence, optional): the training grid of the grid path (nodes per
-            axis); None records the grid of the first batch seen in training mode (saved in
-            ``config``, hence in checkpoints). An untrained model without it treats every grid as
-            its own training grid.
+            axis); None records the grid of the first batch seen in training mode (the attribute
+            ``grid_shape``, saved in the state dict, hence in checkpoints). An untrained model
+            without it treats every grid as its own training grid.
         grid_dropout (float): dropout in the CiNNs. decoder_dropout (float): in the regressor.
-        activation (str): activation of the CiNNs and decoders (SiLU in the paper).
+        act (str): activation of the CiNNs and decoders (SiLU in the paper).
         path (str): ``"auto"`` (grid path on domains with ``grid_shape`` in 1D/2D, mesh path
             otherwise; builds the modules of both), ``"grid"`` or ``"mesh"`` (only that path's
             modules).
@@ -133,23 +137,27 @@ class GalerkinTransformer(nn.Module):
         - output: ``[N_query, out_channels]``
     """
 
+    title = "Galerkin Transformer"
+    #: the attention when ``attention`` is not given
+    default_attention = "galerkin"
+
     def __init__(
         self,
         in_channels: int,
         out_channels: int,
         pos_dim: int,
-        attention: str = "galerkin",
-        channels: int | None = None,
+        attention: str | None = None,
+        width: int | None = None,
         heads: int | None = None,
         layers: int | None = None,
         norm: str = "new",
-        hidden_channels: int | None = None,
+        mlp_ratio: float = 2,
         dropout: float = 0.0,
         ffn_dropout: float = 0.0,
         eta: float = 1e-2,
         delta: float = 1e-2,
         decoder: str = "spectral",
-        width: int | None = None,
+        spectral_width: int | None = None,
         modes: int | None = None,
         spectral_layers: int = 2,
         project: bool | None = None,
@@ -157,18 +165,19 @@ class GalerkinTransformer(nn.Module):
         grid_shape: int | Sequence[int] | None = None,
         grid_dropout: float = 0.0,
         decoder_dropout: float = 0.0,
-        activation: str = "silu",
+        act: str = "silu",
         path: str = "auto",
         cross_heads: int = 2,
         quantile: float | None = None,
         k: int | None = None,
     ):
         super().__init__()
+        attention = attention or self.default_attention
         check_attention(attention)
         _check_choice("path", path, PATHS)
         _check_choice("decoder", decoder, DECODERS)
         _check_choice("norm", norm, NORMS)
-        _check_choice("activation", activation, tuple(ACTIVATIONS))
+        _check_choice("act", act, tuple(ACTIVATIONS))
         if pos_dim < 1:
             raise ConfigError(f"pos_dim must be >= 1, got {pos_dim}")
         if path == "grid" and pos_dim > 2:
@@ -179,57 +188,37 @@ class GalerkinTransformer(nn.Module):
         if quantile is not None and k is not None:
             raise ConfigError("give the cross attention one receptive field: quantile or k")
         sizes = PAPER_SIZES[min(pos_dim, 2)]
-        channels = channels or sizes["channels"]
+        width = width or sizes["width"]
         heads = heads or sizes["heads"]
         layers = layers if layers is not None else sizes["layers"]
-        width = width or sizes["width"]
+        spectral_width = spectral_width or sizes["spectral_width"]
         modes = modes or sizes["modes"]
         project = sizes["project"] if project is None else project
-        if isinstance(coarse_shape, int):
-            coarse_shape = (coarse_shape,) * pos_dim
-        if grid_shape is not None:
-            grid_shape = _grid_shape(grid_shape, pos_dim)
-        self.config = dict(
-            in_channels=in_channels,
-            out_channels=out_channels,
-            pos_dim=pos_dim,
+        self.config.update(
             attention=attention,
-            channels=channels,
+            width=width,
             heads=heads,
             layers=layers,
-            norm=norm,
-            hidden_channels=hidden_channels,
-            dropout=dropout,
-            ffn_dropout=ffn_dropout,
-            eta=eta,
-            delta=delta,
-            decoder=decoder,
-            width=width,
+            spectral_width=spectral_width,
             modes=modes,
-            spectral_layers=spectral_layers,
             project=project,
-            coarse_shape=tuple(coarse_shape) if coarse_shape is not None else None,
-            grid_shape=grid_shape,
-            grid_dropout=grid_dropout,
-            decoder_dropout=decoder_dropout,
-            activation=activation,
-            path=path,
-            cross_heads=cross_heads,
-            quantile=quantile,
-            k=k,
         )
-        self.pos_dim, self.path, self.decoder = pos_dim, path, decoder
-        self.coarse_shape = self.config["coarse_shape"]
+        if isinstance(coarse_shape, int):
+            coarse_shape = (coarse_shape,) * pos_dim
+        self.coarse_shape = tuple(coarse_shape) if coarse_shape is not None else None
+        #: the training grid of the grid path (see ``grid_shape``; saved in the state dict)
+        self.grid_shape = None if grid_shape is None else _grid_shape(grid_shape, pos_dim)
+        self.path, self.decoder = path, decoder
         self.grid = path != "mesh" and pos_dim <= 2
         self.mesh = path != "grid"
         self.encoder = nn.ModuleList(
             GalerkinEncoderLayer(
-                channels,
+                width,
                 pos_dim,
                 attention,
                 heads,
                 norm,
-                hidden_channels,
+                round(mlp_ratio * width),
                 dropout,
                 ffn_dropout,
                 eta,
@@ -238,38 +227,34 @@ class GalerkinTransformer(nn.Module):
             for _ in range(layers)
         )
         lift = self.mesh or pos_dim == 1
-        self.lift = nn.Linear(in_channels, channels) if lift else None
+        self.lift = nn.Linear(in_channels, width) if lift else None
         cinn = self.grid and pos_dim == 2
-        self.down = CiNNDown(in_channels, channels, activation, grid_dropout) if cinn else None
-        self.up = CiNNUp(channels, activation, grid_dropout) if cinn else None
+        self.down = CiNNDown(in_channels, width, act, grid_dropout) if cinn else None
+        self.up = CiNNUp(width, act, grid_dropout) if cinn else None
         spectral = self.grid and decoder == "spectral"
         self.regressor = (
             SpectralRegressor(
-                channels,
+                width,
                 out_channels,
                 pos_dim,
-                width,
+                spectral_width,
                 modes,
                 spectral_layers,
                 project=project,
-                activation=activation,
+                activation=act,
                 dropout=decoder_dropout,
             )
             if spectral
             else None
         )
         head = self.mesh or decoder == "ffn"
-        self.head = (
-            MLP([channels + pos_dim, channels, channels, out_channels], act=activation)
-            if head
-            else None
-        )
+        self.head = MLP([width + pos_dim, width, width, out_channels], act=act) if head else None
         if self.mesh:
             cross = dict(quantile=quantile) if quantile is not None else dict(k=k)
             self.cross_down, self.cross_up = (
-                LocalPositionAttention(channels, channels, cross_heads, **cross)
+                LocalPositionAttention(width, width, cross_heads, **cross)
                 if quantile is not None or k is not None
-                else PositionAttention(channels, channels, cross_heads)
+                else PositionAttention(width, width, cross_heads)
                 for _ in range(2)
             )
 
@@ -295,7 +280,7 @@ class GalerkinTransformer(nn.Module):
         d = 192, 4 heads, FFN decoder on the 36 x 36 coarse grid (the paper's choice for
         141 x 141; 71 for 211). 2.39M parameters."""
         # heads and layers: the 2D defaults, PAPER_SIZES[2]
-        preset = dict(pos_dim=2, channels=192, decoder="ffn", coarse_shape=36, path="grid")
+        preset = dict(pos_dim=2, width=192, decoder="ffn", coarse_shape=36, path="grid")
         return cls(in_channels, out_channels, **{**preset, **kwargs})
 
     def reset_parameters(self) -> None:
@@ -316,7 +301,7 @@ class GalerkinTransformer(nn.Module):
 
     def forward(self, data: Data) -> Tensor:
         check_not_split("GalerkinTransformer")
-        x = self._features(data)
+        x = self.features(data)
         if self.uses_grid_path(data):
             return self._grid_forward(data, x)
         return self._mesh_forward(data, x)
@@ -335,7 +320,7 @@ class GalerkinTransformer(nn.Module):
         sums over its own input nodes, then the encoder, the cross attention up to the process's
         query points and the head run on every process. Refused (:class:`ConfigError`) on the
         grid path and without a latent mesh."""
-        x = self._features(data)
+        x = self.features(data)
         if mesh_group() is not None:
             self._check_split(data)
         if self.uses_grid_path(data):
@@ -399,25 +384,34 @@ class GalerkinTransformer(nn.Module):
             )
         check_shared(*latent_nodes(data), mesh_group(), "the latent meshes (latent_pos)")
 
-    def _features(self, data: Data) -> Tensor:
-        """The node features, checked against the model's dimension and input channels."""
-        return checked_features(
-            data, self.pos_dim, self.config["in_channels"], "the GalerkinTransformer"
-        )
-
     def _encode(self, h: Tensor, pos: Tensor, batch: Tensor, weight: Tensor | None) -> Tensor:
         for layer in self.encoder:
             h = layer(h, pos, batch, weight)
         return h
 
     def training_grid(self, shape: Sequence[int]) -> tuple[int, ...]:
-        """The grid the grid path was trained on (``config["grid_shape"]``); in training mode the
-        first call records ``shape``; without a record (an untrained model) ``shape`` itself."""
-        if self.config["grid_shape"] is None:
+        """The grid the grid path was trained on (the attribute ``grid_shape``); in training mode
+        the first call records ``shape``; without a record (an untrained model) ``shape``
+        itself."""
+        if self.grid_shape is None:
             if not self.training:
                 return tuple(shape)
-            self.config["grid_shape"] = tuple(int(n) for n in shape)
-        return self.config["grid_shape"]
+            self.grid_shape = tuple(int(n) for n in shape)
+        return self.grid_shape
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The recorded training grid, saved in the state dict (and so in checkpoints)."""
+        return {"grid_shape": self.grid_shape}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        shape = state["grid_shape"]
+        self.grid_shape = None if shape is None else tuple(int(n) for n in shape)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # state dicts saved before the training grid was part of them (it was in ``config``,
+        # hence given to the constructor as ``grid_shape``) keep the constructor's
+        state_dict.setdefault(prefix + "_extra_state", self.get_extra_state())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _grid_forward(self, data: Data, x: Tensor) -> Tensor:
         shape, b = grid_shape_of(data), num_samples(data)
@@ -465,14 +459,13 @@ class GalerkinTransformer(nn.Module):
         h = self.cross_up(h, latent_pos, latent_batch, pos_dst=query_pos, batch_dst=query_batch)
         return self.head(torch.cat([h, query_pos], dim=-1))
 
-    def extra_repr(self) -> str:
-        c = self.config
-        return (
-            f"in_channels={c['in_channels']}, out_channels={c['out_channels']}, "
-            f"pos_dim={c['pos_dim']}, attention={c['attention']!r}, channels={c['channels']}, "
-            f"heads={c['heads']}, layers={c['layers']}, decoder={c['decoder']!r}, "
-            f"path={c['path']!r}"
-        )
+
+class FourierTransformer(GalerkinTransformer):
+    r"""The Fourier Transformer (Galerkin Transformer paper, eq. (5)): :class:`GalerkinTransformer`
+    with Fourier-type attention (``attention="fourier"``) by default; the same arguments."""
+
+    title = "Fourier Transformer"
+    default_attention = "fourier"
 
 
 def _grid_shape(shape: int | Sequence[int], pos_dim: int) -> tuple[int, ...]:
@@ -491,4 +484,4 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise ConfigError(f"unknown {name} {value!r}; choose one of {list(choices)}")
 
 
-__all__ = ["GalerkinTransformer"]
+__all__ = ["FourierTransformer", "GalerkinTransformer"]

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from meshop.data import query_features
-from meshop.nn import MLP
+from meshop.data.batching import query_features
+from meshop.models.base import Operator
 from meshop.nn.chunked import map_over_chunks
+from meshop.nn.mlp import MLP
 
 
-class MLPBaseline(nn.Module):
+class MLPBaseline(Operator):
     r"""Pointwise MLP baseline: the output at a point sees only that point's features,
 
     .. math::
@@ -26,8 +26,8 @@ class MLPBaseline(nn.Module):
         in_channels: width of ``meshop.data.node_features(data)`` (x, pos and params).
         out_channels: output channels.
         pos_dim: spatial dimension.
-        hidden_channels: width of the hidden layers.
-        num_layers: number of linear layers.
+        width: width of the hidden layers.
+        layers: number of linear layers.
         act: activation between layers (see :class:`meshop.nn.MLP`).
 
     Shapes:
@@ -36,32 +36,26 @@ class MLPBaseline(nn.Module):
         output: [N_query, out_channels] at ``query_nodes(data)``.
     """
 
+    title = "MLP baseline"
+
     def __init__(
         self,
         in_channels: int,
         out_channels: int,
         pos_dim: int,
-        hidden_channels: int = 128,
-        num_layers: int = 4,
+        width: int = 128,
+        layers: int = 4,
         act: str = "gelu",
     ):
         super().__init__()
-        self.config = dict(
-            in_channels=in_channels,
-            out_channels=out_channels,
-            pos_dim=pos_dim,
-            hidden_channels=hidden_channels,
-            num_layers=num_layers,
-            act=act,
-        )
-        self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
-        widths = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        widths = [in_channels] + [width] * (layers - 1) + [out_channels]
         self.mlp = MLP(widths, act=act)
 
     def reset_parameters(self) -> None:
         self.mlp.reset_parameters()
 
     def forward(self, data) -> torch.Tensor:
+        self.check(data)
         return self.mlp(query_features(data))
 
     def forward_chunked(self, data, chunk_nodes: int) -> torch.Tensor:
@@ -69,6 +63,3 @@ class MLPBaseline(nn.Module):
         only the MLP's hidden features are chunked."""
         features = query_features(data)
         return map_over_chunks(lambda nodes: self.mlp(features[nodes]), len(features), chunk_nodes)
-
-    def extra_repr(self) -> str:
-        return f"{self.in_channels} -> {self.out_channels}, pos_dim={self.pos_dim}"

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from meshop._pyg import Data
 from meshop.data.batching import nodes_with_queries, num_samples
 from meshop.errors import ConfigError
+from meshop.models.base import Operator
 from meshop.nn.blocks.ono_blocks import (
     FEATURE_ATTENTIONS,
     FeatureBlock,
@@ -18,7 +19,7 @@ from meshop.nn.chunked import map_over_chunks, mesh_weight
 from meshop.nn.mlp import MLP
 
 
-class ONO(nn.Module):
+class ONO(Operator):
     r"""Orthogonal Neural Operator (ONO Sec. 3.2, Fig. 1): two streams over the nodes of a mesh.
 
     .. math::
@@ -112,6 +113,8 @@ class ONO(nn.Module):
         - output: :math:`(N_q, C_{out})` at :func:`meshop.data.query_nodes`
     """
 
+    title = "ONO"
+
     def __init__(
         self,
         in_channels: int,
@@ -147,30 +150,6 @@ class ONO(nn.Module):
                 "in_channels, out_channels, pos_dim, width, layers and mlp_ratio must be positive; "
                 f"got {in_channels}, {out_channels}, {pos_dim}, {width}, {layers}, {mlp_ratio}"
             )
-        self.config = dict(
-            in_channels=in_channels,
-            out_channels=out_channels,
-            pos_dim=pos_dim,
-            width=width,
-            layers=layers,
-            k=k,
-            heads=heads,
-            feature_attention=feature_attention,
-            value_projection=value_projection,
-            orthonormalize=orthonormalize,
-            momentum=momentum,
-            inner_product=inner_product,
-            mlp_ratio=mlp_ratio,
-            dropout=dropout,
-            feature_layer_norm=feature_layer_norm,
-            feature_coordinates=feature_coordinates,
-            linear_decoder=linear_decoder,
-            linear_encoder=linear_encoder,
-            authors_init=authors_init,
-            feature_qkv_bias=feature_qkv_bias,
-            feature_query_scale=feature_query_scale,
-        )
-        self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
         self.encoder = MLP([in_channels, *([] if linear_encoder else [2 * width]), 2 * width])
         self.authors_init = authors_init
         self.feature_blocks = nn.ModuleList(
@@ -244,15 +223,7 @@ class ONO(nn.Module):
 
     def _nodes(self, data: Data):
         """Mesh nodes followed by the query nodes (see :func:`meshop.data.nodes_with_queries`)."""
-        return nodes_with_queries(data, self.pos_dim, self.in_channels, "ONO")
-
-    def extra_repr(self) -> str:
-        c = self.config
-        return (
-            f"in_channels={c['in_channels']}, out_channels={c['out_channels']}, "
-            f"pos_dim={c['pos_dim']}, width={c['width']}, layers={c['layers']}, k={c['k']}, "
-            f"feature_attention={c['feature_attention']!r}"
-        )
+        return nodes_with_queries(data, self.features(data))
 
 
 __all__ = ["ONO"]

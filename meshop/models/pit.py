@@ -9,7 +9,6 @@ from torch import Tensor, nn
 
 from meshop._pyg import Data
 from meshop.data.batching import (
-    checked_features,
     latent_nodes,
     node_batch,
     node_set_weights,
@@ -17,6 +16,7 @@ from meshop.data.batching import (
     query_nodes,
 )
 from meshop.errors import ConfigError
+from meshop.models.base import Operator
 from meshop.nn.blocks.pit_block import PiTBlock
 from meshop.nn.chunked import (
     AllReduceSum,
@@ -31,7 +31,7 @@ from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
 
 
-class PiT(nn.Module):
+class PiT(Operator):
     r"""Position-induced Transformer (PiT Sec. 2.3, Fig. 2, Table 9): an encoder-processor-decoder
     neural operator built from position-attention only.
 
@@ -50,11 +50,11 @@ class PiT(nn.Module):
     :math:`X_u` (``query_pos``, else ``pos``) and projects to the output channels. Every attention
     runs within its own sample, so a prediction does not depend on the other samples of a batch.
 
-    The defaults are the paper's recommendations (App. E.2, App. C.2): width 64, 2 heads, 4 blocks,
+    The defaults are the paper's recommendations (App. E.2, App. C.2): width 64, 2 heads, 4 layers,
     1% quantile receptive fields, the ``tan`` parameterization of :math:`\lambda`. Table 9's
     benchmark settings are, e.g., Darcy2D ``width=128, encoder_quantile=0.02,
     decoder_quantile=0.05``; InviscidBurgers ``width=64, encoder_quantile=0.01,
-    decoder_quantile=0.08, decoder_blocks=1``.
+    decoder_quantile=0.08, decoder_layers=1``.
 
     Args:
         in_channels (int): width of :func:`meshop.data.node_features` (fields, coordinates and
@@ -63,7 +63,7 @@ class PiT(nn.Module):
         pos_dim (int): spatial dimension of the coordinates.
         width (int): encoding dimension :math:`d_v`.
         heads (int): heads of every position-attention layer.
-        blocks (int): processor blocks :math:`L`.
+        layers (int): processor blocks :math:`L`.
         encoder_quantile (float, optional): receptive field of the encoder (quantile of the
             distances from a latent node to the input mesh).
         decoder_quantile (float, optional): receptive field of the decoder (quantile of the
@@ -72,7 +72,7 @@ class PiT(nn.Module):
         decoder_k (int, optional): a k-nearest-neighbour receptive field of the decoder instead.
         encoder_radius (float, optional): a radius receptive field of the encoder instead.
         decoder_radius (float, optional): a radius receptive field of the decoder instead.
-        decoder_blocks (int): processor blocks applied on the query mesh after the decoder's
+        decoder_layers (int): processor blocks applied on the query mesh after the decoder's
             attention (Table 9 uses one for InviscidBurgers and ShockTube); O(N_u^2) time.
         lambda_param (str): ``"tan"`` (paper), ``"softplus"`` or ``"square"``.
         periodic (float or sequence, optional): periodic box lengths; all distances become
@@ -96,6 +96,9 @@ class PiT(nn.Module):
         - output: :math:`(N_u, C_{out})` at :func:`meshop.data.query_nodes`
     """
 
+    title = "PiT"
+    uses_latent_mesh = True
+
     def __init__(
         self,
         in_channels: int,
@@ -103,49 +106,30 @@ class PiT(nn.Module):
         pos_dim: int,
         width: int = 64,
         heads: int = 2,
-        blocks: int = 4,
+        layers: int = 4,
         encoder_quantile: float | None = 0.01,
         decoder_quantile: float | None = 0.01,
         encoder_k: int | None = None,
         decoder_k: int | None = None,
         encoder_radius: float | None = None,
         decoder_radius: float | None = None,
-        decoder_blocks: int = 0,
+        decoder_layers: int = 0,
         lambda_param: str = "tan",
         periodic: float | Sequence[float | None] | None = None,
         weighted: bool = True,
         pointwise: bool = False,
     ):
         super().__init__()
-        if blocks < 0 or decoder_blocks < 0:
+        if layers < 0 or decoder_layers < 0:
             raise ConfigError(
-                f"blocks and decoder_blocks must be >= 0, got {blocks}, {decoder_blocks}"
+                f"layers and decoder_layers must be >= 0, got {layers}, {decoder_layers}"
             )
         if isinstance(periodic, Sequence) and len(periodic) != pos_dim:
             raise ConfigError(
                 f"periodic gives {len(periodic)} box lengths for pos_dim={pos_dim}; "
                 f"give one per axis"
             )
-        self.config = dict(
-            in_channels=in_channels,
-            out_channels=out_channels,
-            pos_dim=pos_dim,
-            width=width,
-            heads=heads,
-            blocks=blocks,
-            encoder_quantile=encoder_quantile,
-            decoder_quantile=decoder_quantile,
-            encoder_k=encoder_k,
-            decoder_k=decoder_k,
-            encoder_radius=encoder_radius,
-            decoder_radius=decoder_radius,
-            decoder_blocks=decoder_blocks,
-            lambda_param=lambda_param,
-            periodic=periodic,
-            weighted=bool(weighted),
-            pointwise=bool(pointwise),
-        )
-        self.pos_dim, self.weighted = pos_dim, bool(weighted)
+        self.weighted = bool(weighted)
         self.lift = nn.Linear(in_channels, width)
         self.encoder = LocalPositionAttention(
             width,
@@ -156,7 +140,7 @@ class PiT(nn.Module):
             **_field("encoder", encoder_quantile, encoder_k, encoder_radius),
         )
         self.processor = nn.ModuleList(
-            PiTBlock(width, heads, lambda_param, periodic) for _ in range(blocks)
+            PiTBlock(width, heads, lambda_param, periodic) for _ in range(layers)
         )
         self.decoder = LocalPositionAttention(
             width,
@@ -167,7 +151,7 @@ class PiT(nn.Module):
             **_field("decoder", decoder_quantile, decoder_k, decoder_radius),
         )
         self.decoder_processor = nn.ModuleList(
-            PiTBlock(width, heads, lambda_param, periodic) for _ in range(decoder_blocks)
+            PiTBlock(width, heads, lambda_param, periodic) for _ in range(decoder_layers)
         )
         self.head = MLP([width, width, out_channels])
         self.query_lift = nn.Linear(in_channels, width) if pointwise else None
@@ -184,7 +168,7 @@ class PiT(nn.Module):
 
     def forward(self, data: Data) -> Tensor:
         check_not_split("PiT")
-        features = self._features(data)
+        features = self.features(data)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
         query_pos, query_batch = query_nodes(data)
@@ -221,12 +205,12 @@ class PiT(nn.Module):
         process's sources are merged over the processes (its receptive fields, and the latent
         nodes' quadrature weights, are those of the whole mesh), then the processor and the
         decoder run on every process. Refused (:class:`ConfigError`) without a latent mesh, with
-        ``decoder_blocks`` (attention among the query points of every process) and with
+        ``decoder_layers`` (attention among the query points of every process) and with
         ``pointwise`` and query points (their nearest input node may be another process's)."""
         group = mesh_group()
         if group is not None:
             self._check_split(data)
-        features = self._features(data)
+        features = self.features(data)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
         weight, latent_weight, query_weight = (
@@ -292,7 +276,7 @@ class PiT(nn.Module):
         check_shared(*latent_nodes(data), mesh_group(), "the latent meshes (latent_pos)")
         if len(self.decoder_processor):
             raise ConfigError(
-                f"PiT with decoder_blocks={len(self.decoder_processor)} attends among all the "
+                f"PiT with decoder_layers={len(self.decoder_processor)} attends among all the "
                 f"query points of a sample, which split_mesh spreads over the processes; "
                 f"evaluate it with each sample whole on a process"
             )
@@ -302,17 +286,6 @@ class PiT(nn.Module):
                 "node, which split_mesh may have put on another process; split it without "
                 "query_pos (the outputs at each process's own nodes), or evaluate it whole"
             )
-
-    def _features(self, data: Data) -> Tensor:
-        """The node features, checked against the model's dimension and input channels."""
-        return checked_features(data, self.pos_dim, self.lift.in_features, "PiT")
-
-    def extra_repr(self) -> str:
-        c = self.config
-        return (
-            f"in_channels={c['in_channels']}, out_channels={c['out_channels']}, "
-            f"pos_dim={c['pos_dim']}, width={c['width']}, heads={c['heads']}, blocks={c['blocks']}"
-        )
 
 
 def _blocks(blocks, u: Tensor, pos: Tensor, batch: Tensor, weight, chunk_nodes: int) -> Tensor:

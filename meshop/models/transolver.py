@@ -8,13 +8,14 @@ from torch import Tensor, nn
 from meshop._pyg import Data
 from meshop.data.batching import nodes_with_queries, num_samples
 from meshop.errors import ConfigError
+from meshop.models.base import Operator
 from meshop.nn.blocks.transolver_block import TransolverBlock
 from meshop.nn.chunked import map_over_chunks, mesh_weight
 from meshop.nn.mlp import MLP
 from meshop.nn.physics_attention import PhysicsAttention
 
 
-class Transolver(nn.Module):
+class Transolver(Operator):
     r"""Transolver (Transolver Sec. 3.2, Fig. 2): preprocess, :math:`L` physics-attention blocks,
     output head, all on the nodes of the mesh.
 
@@ -67,6 +68,8 @@ class Transolver(nn.Module):
         - output: :math:`(N_q, C_{out})` at :func:`meshop.data.query_nodes`
     """
 
+    title = "Transolver"
+
     def __init__(
         self,
         in_channels: int,
@@ -88,18 +91,6 @@ class Transolver(nn.Module):
             )
         if heads < 1 or width % heads:
             raise ConfigError(f"heads ({heads}) must be positive and divide width ({width})")
-        self.config = dict(
-            in_channels=in_channels,
-            out_channels=out_channels,
-            pos_dim=pos_dim,
-            width=width,
-            layers=layers,
-            heads=heads,
-            slices=slices,
-            mlp_ratio=mlp_ratio,
-            dropout=dropout,
-        )
-        self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
         self.preprocess = MLP([in_channels, 2 * width, width])
         self.blocks = nn.ModuleList(
             TransolverBlock(width, heads, slices, mlp_ratio, dropout) for _ in range(layers)
@@ -145,18 +136,8 @@ class Transolver(nn.Module):
     def _nodes(self, data: Data):
         """Mesh nodes followed by the query nodes (see :func:`meshop.data.nodes_with_queries`);
         the coordinates are part of the features."""
-        features, _, batch, weight, is_query = nodes_with_queries(
-            data, self.pos_dim, self.in_channels, "Transolver"
-        )
+        features, _, batch, weight, is_query = nodes_with_queries(data, self.features(data))
         return features, batch, weight, is_query
-
-    def extra_repr(self) -> str:
-        c = self.config
-        return (
-            f"in_channels={c['in_channels']}, out_channels={c['out_channels']}, "
-            f"pos_dim={c['pos_dim']}, width={c['width']}, layers={c['layers']}, "
-            f"heads={c['heads']}, slices={c['slices']}"
-        )
 
 
 __all__ = ["Transolver"]

@@ -15,7 +15,8 @@ from meshop.errors import ConfigError, MeshReadError
 from meshop.train.normalized import NormalizedModel, make_normalizer
 
 FORMAT = "meshop-checkpoint"
-VERSION = 1
+#: 2: one name per hyper-parameter across the models (:data:`RENAMED`)
+VERSION = 2
 CHECKPOINT_NAME = "checkpoint.pt"
 #: options added to a model after checkpoints of it were written: the value that reproduces what
 #: those checkpoints were trained with, used when a saved config lacks the option
@@ -24,6 +25,18 @@ CHECKPOINT_NAME = "checkpoint.pt"
 SAVED_BEFORE_OPTION = {
     "meshop.models.ono:ONO": {"orthonormalize": "batch"},
     "meshop.models.pit:PiT": {"weighted": False},
+}
+#: hyper-parameters renamed in format version 2, by model class: former name -> name. The Galerkin
+#: Transformer's FFN width ``hidden_channels`` became ``mlp_ratio``, in units of ``width``
+#: (:func:`upgrade`).
+RENAMED = {
+    "meshop.models.pit:PiT": {"blocks": "layers", "decoder_blocks": "decoder_layers"},
+    "meshop.models.galerkin_transformer:GalerkinTransformer": {
+        "channels": "width",
+        "width": "spectral_width",
+        "activation": "act",
+    },
+    "meshop.models.mlp_baseline:MLPBaseline": {"hidden_channels": "width", "num_layers": "layers"},
 }
 
 
@@ -100,7 +113,28 @@ def load(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> d
             f"{VERSION}: update meshop"
         )
     ckpt["path"] = str(path)
-    return ckpt
+    return upgrade(ckpt)
+
+
+def upgrade(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of an earlier format version in the current one: the model's hyper-parameters
+    under their names of version 2 (:data:`RENAMED`), a Fourier Transformer under its own name
+    (it was the ``"galerkin"`` model with ``attention="fourier"``)."""
+    if ckpt.get("version", 0) >= 2 or "model_name" not in ckpt:
+        return ckpt
+    from meshop.models.registry import model_class
+
+    name, config = ckpt["model_name"], dict(ckpt["model_config"])
+    for cls in model_class(name).__mro__:
+        renamed = RENAMED.get(f"{cls.__module__}:{cls.__qualname__}", {})
+        config = {renamed.get(key, key): value for key, value in config.items()}
+    hidden = config.pop("hidden_channels", None)  # the Galerkin Transformer's FFN width
+    if hidden is not None:
+        ratio = hidden / config["width"]
+        config["mlp_ratio"] = int(ratio) if ratio.is_integer() else ratio
+    if name == "galerkin" and config.get("attention") == "fourier":
+        name = "fourier"
+    return {**ckpt, "version": VERSION, "model_name": name, "model_config": config}
 
 
 def build_from_checkpoint(ckpt: dict[str, Any]) -> NormalizedModel:

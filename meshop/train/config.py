@@ -196,7 +196,7 @@ class RunConfig:
         epochs = 50
 
         [model]      # keyword arguments of the model class
-        hidden_channels = 64
+        width = 64
 
         [dataset]    # keyword arguments of the dataset class
         num_train = 200

@@ -51,10 +51,10 @@ class DemoSettings:
     # with it (the Elasticity meshes are near-uniform, where weighting changes little)
     pit: dict[str, Any] = field(
         default_factory=lambda: dict(
-            width=64, heads=2, blocks=4, encoder_k=20, decoder_k=8, weighted=False
+            width=64, heads=2, layers=4, encoder_k=20, decoder_k=8, weighted=False
         )
     )
-    mlp: dict[str, Any] = field(default_factory=lambda: dict(hidden_channels=128, num_layers=4))
+    mlp: dict[str, Any] = field(default_factory=lambda: dict(width=128, layers=4))
     vtu_samples: int = 4
     new_points: int = 2000
 
@@ -67,8 +67,8 @@ QUICK = DemoSettings(
     batch_size=4,
     eval_every=1,
     latent_points=32,
-    pit=dict(width=16, heads=2, blocks=1, encoder_k=8, decoder_k=4),
-    mlp=dict(hidden_channels=16, num_layers=3),
+    pit=dict(width=16, heads=2, layers=1, encoder_k=8, decoder_k=4),
+    mlp=dict(width=16, layers=3),
     vtu_samples=2,
     new_points=50,
 )

@@ -121,7 +121,7 @@ def memory_estimate(
     if chunk_nodes is None:
         chunk_nodes = default_chunk_nodes(num_nodes)
     chunk = min(chunk_nodes or num_nodes, num_nodes)
-    width = inner.config.get("width") or inner.config.get("channels") or 0
+    width = inner.config.get("width") or 0
     tensors = next((k for cls, k in STATE_TENSORS.items() if isinstance(inner, cls)), 0)
     config = from_dict(ckpt["train_config"])
     if isinstance(inner, GalerkinTransformer) and (config.latent_points or config.latent_grid):

@@ -73,7 +73,7 @@ TRANSOLVER_CPU = {"width": 64, "layers": 4, "heads": 4, "slices": 32}
 #: ONO's CPU size (the paper's width 128 with 8 layers, halved)
 ONO_CPU = {"width": 64, "layers": 4, "heads": 4, "k": 16}
 #: the Galerkin and Fourier Transformers' CPU size on meshes (see PAIR_PRESETS)
-GALERKIN_MESH_CPU = {"channels": 64, "layers": 4, "path": "mesh"}
+GALERKIN_MESH_CPU = {"width": 64, "layers": 4, "path": "mesh"}
 
 #: model settings for a dataset (PiT: latent mesh and receptive fields of the paper's Table 9)
 PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {

@@ -22,7 +22,7 @@ from meshop.arguments import check_arguments, defaults, show
 from meshop.data import make_loader
 from meshop.datasets.registry import build_dataset, resolve_dataset
 from meshop.errors import ConfigError
-from meshop.models.registry import model_class, model_entry
+from meshop.models.registry import model_class
 from meshop.train.checkpoint import load_model
 from meshop.train.config import RunConfig, TrainConfig, from_dict
 from meshop.train.data import PreparedData, check_compatible, prepare, prepare_data
@@ -47,11 +47,9 @@ class RunPlan:
     """What a ``meshop train`` run resolves before it reads its data (:func:`plan_run`), so that
     loading, preparing, building and fitting look nothing up again. ``dataset_args`` and
     ``model_args`` are the pair's preset under the explicit options (what the checkpoint and
-    run.json record); ``dataset_kwargs`` adds the data folder as the class's folder argument,
-    ``model_kwargs`` the registered variant's defaults (the Fourier Transformer's attention);
-    ``uses_latent_mesh`` is the registry's (None for a class named by its path); ``summary`` is a
-    folder's, whose defaults are scaled to it (else None); ``ctx`` is the process's place in a
-    distributed run and its device."""
+    run.json record); ``dataset_kwargs`` adds the data folder as the class's folder argument;
+    ``summary`` is a folder's, whose defaults are scaled to it (else None); ``ctx`` is the
+    process's place in a distributed run and its device."""
 
     dataset: str
     model: str
@@ -63,8 +61,6 @@ class RunPlan:
     summary: DataSummary | None
     model_class: type[nn.Module]
     model_args: dict[str, Any]
-    model_kwargs: dict[str, Any]
-    uses_latent_mesh: bool | None
     config: TrainConfig
     ctx: DistContext
 
@@ -95,7 +91,6 @@ def plan_run(run: RunConfig) -> RunPlan:
         summary = summarize_data(dataset_cls(split="train", **kwargs))
     chosen = preset(run.dataset, run.model, summary)
     config = run.train_config(chosen["train"])
-    entry = None if ":" in run.model else model_entry(run.model)
     model_args = {**chosen["model"], **run.model_args}
     return RunPlan(
         dataset=run.dataset,
@@ -108,8 +103,6 @@ def plan_run(run: RunConfig) -> RunPlan:
         summary=summary,
         model_class=model_cls,
         model_args=model_args,
-        model_kwargs={**(entry.defaults if entry else {}), **model_args},
-        uses_latent_mesh=entry.uses_latent_mesh if entry else None,
         config=config,
         ctx=setup(config.device),
     )
@@ -120,7 +113,7 @@ def settings_report(plan: RunPlan) -> str:
     mesh, optimiser, schedule, epochs and batch, dataset (for a folder, the summary of its meshes
     that the defaults are scaled to)."""
     config = plan.config
-    model_args = {**defaults(plan.model_class, FROM_DATA), **plan.model_kwargs}
+    model_args = {**defaults(plan.model_class, FROM_DATA), **plan.model_args}
     fields = ("quantile", "k", "radius")
     receptive = {k: v for k, v in model_args.items() if k.rpartition("_")[2] in fields}
 
@@ -133,7 +126,7 @@ def settings_report(plan: RunPlan) -> str:
         latent = f"{config.latent_points} nodes of each sample ({config.latent_sampling})"
     else:
         latent = "none (the input mesh)"
-    if plan.uses_latent_mesh is False:
+    if not getattr(plan.model_class, "uses_latent_mesh", True):  # no Operator: may use one
         latent = f"not used by {plan.model}"
     schedule = config.schedule
     if schedule == "onecycle":
@@ -182,7 +175,7 @@ def load_splits(plan: RunPlan) -> tuple[Any, Any]:
 def seeded_model(plan: RunPlan, data: PreparedData) -> nn.Module:
     """The plan's model for the shapes of ``data``, built from the seeded state."""
     seed_everything(plan.config.seed)
-    return plan.model_class(**plan.model_kwargs, **{key: data.info[key] for key in FROM_DATA})
+    return plan.model_class(**plan.model_args, **{key: data.info[key] for key in FROM_DATA})
 
 
 def build_trainer(plan: RunPlan, test: bool = True, log=print) -> tuple[Trainer, dict[str, float]]:

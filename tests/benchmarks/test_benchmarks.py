@@ -406,10 +406,11 @@ def test_grid_zero_shot_stages_run_from_the_old_grid_path_to_the_models_forward(
     from meshop.models import GalerkinTransformer
 
     torch.manual_seed(0)
-    sizes = dict(channels=8, heads=2, layers=1, width=6, modes=12, hidden_channels=16)
+    sizes = dict(width=8, heads=2, layers=1, spectral_width=6, modes=12, mlp_ratio=2)
     trained = GalerkinTransformer(3, 1, 2, grid_shape=22, **sizes).eval()
     unrecorded = GalerkinTransformer(3, 1, 2, **sizes).eval()  # every grid its own training grid
     unrecorded.load_state_dict(trained.state_dict())
+    unrecorded.grid_shape = None  # the state dict carries the training grid
     g = torch.Generator().manual_seed(0)
     fields = [uniform_grid((43, 43), x=torch.randn(43 * 43, generator=g)) for _ in range(2)]
     batch = next(iter(make_loader(fields, batch_size=2)))
@@ -684,7 +685,7 @@ def test_grid_zero_shot_of_several_runs_is_the_mean_of_each_run(tmp_path):
     from meshop.train.run import train_run
 
     args = argparse.Namespace(quick=True, seed=0, data_dir=str(tmp_path / "data"))
-    small = {"model": {"channels": 8, "layers": 1, "heads": 2}}
+    small = {"model": {"width": 8, "layers": 1, "heads": 2}}
     runs = []
     for seed in (0, 1):
         out = tmp_path / f"darcy-galerkin-seed{seed}"

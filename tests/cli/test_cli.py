@@ -26,7 +26,7 @@ def run_error(argv, capsys) -> str:
 def train_folder(mesh_folder, out, capsys, *extra):
     argv = ["train", "--dataset", "folder", "--data-dir", mesh_folder, "--model", "mlp"]
     argv += ["--dataset-arg", 'inputs="a"', "--dataset-arg", 'targets=["u"]', "--epochs", 2]
-    argv += ["--batch-size", 4, "--model-arg", "hidden_channels=8", "--out", out, "--no-progress"]
+    argv += ["--batch-size", 4, "--model-arg", "width=8", "--out", out, "--no-progress"]
     return run_ok([*argv, *extra], capsys)
 
 
@@ -110,7 +110,7 @@ def test_train_reads_a_toml_config_and_resumes(mesh_folder, tmp_path, capsys):
     config.write_text(
         f'[run]\ndataset = "folder"\nmodel = "mlp"\ndata_dir = "{mesh_folder}"\n'
         f'out = "{tmp_path / "run"}"\n[train]\nepochs = 1\nbatch_size = 4\nprogress = false\n'
-        '[model]\nhidden_channels = 8\n[dataset]\ninputs = ["a"]\ntargets = ["u"]\n'
+        '[model]\nwidth = 8\n[dataset]\ninputs = ["a"]\ntargets = ["u"]\n'
     )
     run_ok(["train", "--config", config, "--no-figures"], capsys)
     assert checkpoint.load(tmp_path / "run")["epoch"] == 1
@@ -289,13 +289,13 @@ def test_evaluate_scores_every_file_of_a_finer_folder_and_writes_per_sample_erro
 def test_train_prints_the_settings_it_resolved_once_before_training(mesh_folder, tmp_path, capsys):
     data = ["train", "--dataset", "folder", "--data-dir", mesh_folder, "--no-progress"]
     data += ["--dataset-arg", 'inputs="a"', "--dataset-arg", 'targets=["u"]', "--epochs", 1]
-    argv = [*data, "--model", "pit", "--model-arg", "width=8", "--model-arg", "blocks=1"]
+    argv = [*data, "--model", "pit", "--model-arg", "width=8", "--model-arg", "layers=1"]
     argv += ["--model-arg", "encoder_k=4", "--train-arg", "pct_start=0.2"]
     argv += ["--out", tmp_path / "run", "--no-figures"]
     out = run_ok(argv, capsys)
     settings = (
         "settings:\n"
-        "  model             pit: width=8, heads=2, blocks=1, decoder_blocks=0,\n"
+        "  model             pit: width=8, heads=2, layers=1, decoder_layers=0,\n"
         "                    lambda_param='tan', periodic=none, weighted=true, pointwise=false\n"
         # the folder's defaults scaled to its meshes (presets.folder_rules): 36 nodes (the
         # median of 25, 36 and 49), so every node is latent, 20 sources of 36 in the encoder
@@ -318,12 +318,12 @@ def test_train_prints_the_settings_it_resolved_once_before_training(mesh_folder,
         "width": 8,
         "encoder_quantile": 0.56,
         "decoder_quantile": 0.33,
-        "blocks": 1,
+        "layers": 1,
         "encoder_k": 4,
     }
 
     # a one-cycle schedule and no latent mesh
-    gt = ["--model", "galerkin", "--model-arg", "channels=8", "--out", tmp_path / "gt"]
+    gt = ["--model", "galerkin", "--model-arg", "width=8", "--out", tmp_path / "gt"]
     out = run_ok([*data, *gt, "--no-figures"], capsys)
     assert "  latent mesh       not used by galerkin\n" in out
     schedule = "onecycle: lr / 10000 -> lr at 30% of the steps -> lr / 10000"

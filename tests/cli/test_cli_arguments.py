@@ -78,8 +78,8 @@ BAD_INPUTS = [
     (
         ["--model-arg", "widht=8"],
         "model 'pit' has no option 'widht'; did you mean 'width' or 'weighted'? (options: width, "
-        "heads, blocks, encoder_quantile, decoder_quantile, encoder_k, decoder_k, "
-        "encoder_radius, decoder_radius, decoder_blocks, lambda_param, periodic, weighted, "
+        "heads, layers, encoder_quantile, decoder_quantile, encoder_k, decoder_k, "
+        "encoder_radius, decoder_radius, decoder_layers, lambda_param, periodic, weighted, "
         "pointwise)",
     ),
     (

@@ -21,27 +21,6 @@ def test_weights_of_the_three_node_sets():
     assert node_set_weights(data) == (None, None, None)
 
 
-def test_checked_features_name_the_model_and_the_channels_to_build_it_with():
-    import pytest
-    import torch
-
-    from meshop.data import from_points
-    from meshop.data.batching import checked_features
-    from meshop.errors import ConfigError
-    from meshop.models import PiT
-
-    data = from_points(torch.rand(10, 2), x=torch.rand(10, 1))
-    assert checked_features(data, 2, 3, "PiT").shape == (10, 3)
-    with pytest.raises(ConfigError) as error:
-        PiT(4, 1, 2, width=8, blocks=1, encoder_k=2, decoder_k=2)(data)
-    assert str(error.value) == (
-        "the model expects 4 input channels (node_features: x, pos, params) but the data has 3; "
-        "build PiT with in_channels=3"
-    )
-    with pytest.raises(ConfigError, match="^the model was built for 3D coordinates but the data"):
-        checked_features(data, 3, 3, "ONO")
-
-
 def test_latent_weights_stored_with_the_latent_mesh_are_read_not_searched_again():
     from meshop.train import LatentMesh
 

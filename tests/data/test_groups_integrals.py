@@ -117,7 +117,7 @@ def test_predict_integrate_reports_integrals_of_the_models_predictions(tmp_path,
         folder, inputs=["u"], targets=["u"], pattern="*.msh", groups="features", progress=False
     )
     assert train_set.input_fields == [("u", 1)] + [(f"group:{g}", 1) for g in GROUPS]
-    model = build_model("mlp", in_channels=8, out_channels=1, pos_dim=2, hidden_channels=8)
+    model = build_model("mlp", in_channels=8, out_channels=1, pos_dim=2, width=8)
     train(
         model,
         prepare_data(train_set, config=TrainConfig(epochs=1, progress=False)),

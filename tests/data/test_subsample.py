@@ -86,7 +86,7 @@ def test_training_on_node_subsets_keeps_no_neighbour_lists_and_evaluation_does()
 
     def cached(fraction, test):
         torch.manual_seed(0)
-        model = PiT(3, 2, 2, width=8, heads=1, blocks=1, encoder_k=4, decoder_k=4)
+        model = PiT(3, 2, 2, width=8, heads=1, layers=1, encoder_k=4, decoder_k=4)
         config = TrainConfig(
             epochs=1, batch_size=2, progress=False, node_fraction=fraction, latent_points=8
         )

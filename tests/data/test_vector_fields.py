@@ -89,7 +89,7 @@ def test_vector_fields_through_command_line_train_checkpoint_and_predict(
             "train", "--dataset", "folder", "--data-dir", surfaces, "--model", "mlp",
             "--dataset-arg", f"inputs={json.dumps(INPUTS)}",
             "--dataset-arg", f"targets={json.dumps(TARGETS)}",
-            "--epochs", 1, "--batch-size", 2, "--model-arg", "hidden_channels=8",
+            "--epochs", 1, "--batch-size", 2, "--model-arg", "width=8",
             "--out", run, "--no-progress", "--no-figures",
         ],
         capsys,
@@ -120,7 +120,7 @@ def test_vector_fields_through_command_line_train_checkpoint_and_predict(
 
 def test_vector_fields_through_python_train_checkpoint_and_predict(surfaces, tmp_path):
     train_set = MeshFolder(surfaces, inputs=INPUTS, targets=TARGETS, progress=False)
-    model = build_model("mlp", in_channels=7, out_channels=4, pos_dim=3, hidden_channels=8)
+    model = build_model("mlp", in_channels=7, out_channels=4, pos_dim=3, width=8)
     config = TrainConfig(epochs=1, batch_size=2, progress=False)
     train(model, prepare_data(train_set, config=config), out_dir=tmp_path / "run")
     expected, _ = model_output(tmp_path / "run", tmp_path / "new.vtu")
@@ -140,7 +140,7 @@ def test_vector_fields_through_python_train_checkpoint_and_predict(surfaces, tmp
 
 def test_a_field_with_other_components_than_in_training_is_refused(surfaces, tmp_path):
     train_set = MeshFolder(surfaces, inputs=INPUTS, targets=TARGETS, progress=False)
-    model = build_model("mlp", in_channels=7, out_channels=4, pos_dim=3, hidden_channels=8)
+    model = build_model("mlp", in_channels=7, out_channels=4, pos_dim=3, width=8)
     train(
         model,
         prepare_data(train_set, config=TrainConfig(epochs=1, progress=False)),
@@ -155,7 +155,7 @@ def test_a_field_with_other_components_than_in_training_is_refused(surfaces, tmp
 
 def test_checkpoints_with_one_name_per_channel_still_load(surfaces, tmp_path):
     train_set = MeshFolder(surfaces, inputs=INPUTS, targets=TARGETS, progress=False)
-    model = build_model("mlp", in_channels=7, out_channels=4, pos_dim=3, hidden_channels=8)
+    model = build_model("mlp", in_channels=7, out_channels=4, pos_dim=3, width=8)
     train(
         model,
         prepare_data(train_set, config=TrainConfig(epochs=1, progress=False)),

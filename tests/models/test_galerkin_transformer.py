@@ -1,5 +1,6 @@
 """GalerkinTransformer (and Fourier Transformer): paper configurations, grid and mesh paths."""
 
+import copy
 import math
 
 import pytest
@@ -32,14 +33,14 @@ def test_paper_configurations_match_table5_parameter_counts(attention):
 
 def test_defaults_follow_table5_by_dimension():
     one, two = GalerkinTransformer(2, 1, 1).config, GalerkinTransformer(3, 1, 2).config
-    assert (one["channels"], one["heads"], one["layers"], one["width"], one["modes"]) == (
+    assert (one["width"], one["heads"], one["layers"], one["spectral_width"], one["modes"]) == (
         96,
         1,
         4,
         48,
         16,
     )
-    assert (two["channels"], two["heads"], two["layers"], two["width"], two["modes"]) == (
+    assert (two["width"], two["heads"], two["layers"], two["spectral_width"], two["modes"]) == (
         128,
         4,
         6,
@@ -50,7 +51,7 @@ def test_defaults_follow_table5_by_dimension():
 
 def tiny(in_channels, pos_dim, **kwargs):
     torch.manual_seed(0)
-    sizes = dict(channels=8, heads=2, layers=2, width=6, modes=4, hidden_channels=16)
+    sizes = dict(width=8, heads=2, layers=2, spectral_width=6, modes=4, mlp_ratio=2)
     return GalerkinTransformer(in_channels, 1, pos_dim, **{**sizes, **kwargs}).eval()
 
 
@@ -209,7 +210,7 @@ def test_reset_parameters_restores_the_diagonal_initialization():
         for p in model.parameters():
             p.add_(1.0)
     model.reset_parameters()
-    d = model.config["channels"]
+    d = model.config["width"]
     bound = 1e-2 * math.sqrt(6 / (2 * d))
     for layer in model.encoder:
         for lin in (layer.attn.lin_q, layer.attn.lin_k, layer.attn.lin_v):
@@ -231,13 +232,16 @@ def test_grid_path_predicts_the_same_field_alike_on_finer_grids(attention):
     (the CiNNs keep their stencils, coarse and middle grids; the spectral layers their modes)."""
     model = tiny(3, 2, attention=attention)
     own_grid = {n: model(smooth_grid(n)).detach().view(n, n) for n in (22, 43, 85)}
-    assert model.config["grid_shape"] is None
+    assert model.grid_shape is None
+    config = copy.deepcopy(model.config)
     model.train()
     model(smooth_grid(22))
     model.eval()
-    assert model.config["grid_shape"] == (22, 22)
+    assert model.grid_shape == (22, 22) and model.config == config  # recorded beside the config
     rebuilt = GalerkinTransformer(**model.config).eval()  # as from a checkpoint
-    rebuilt.load_state_dict(model.state_dict())
+    assert rebuilt.grid_shape is None
+    rebuilt.load_state_dict(model.state_dict())  # the training grid is in the state dict
+    assert rebuilt.grid_shape == (22, 22)
     with torch.no_grad():
         coarse = model(smooth_grid(22)).view(22, 22)
         for n in (43, 85):
@@ -261,7 +265,7 @@ def test_spectral_weights_the_training_grid_never_reached_do_not_act_on_finer_gr
 
 
 def test_grid_shape_is_checked():
-    assert tiny(3, 2, grid_shape=22).config["grid_shape"] == (22, 22)
+    assert tiny(3, 2, grid_shape=22).grid_shape == (22, 22)
     for bad in ((22,), (22, 1), (22.5, 22)):
         with pytest.raises(ConfigError, match="grid_shape"):
             tiny(3, 2, grid_shape=bad)
@@ -322,17 +326,17 @@ def test_every_option_reaches_its_layer_and_is_recorded_in_the_config():
         out_channels=2,
         pos_dim=2,
         attention="fourier",
-        channels=8,
+        width=8,
         heads=2,
         layers=2,
         norm="regular",
-        hidden_channels=12,
+        mlp_ratio=1.5,
         dropout=0.1,
         ffn_dropout=0.2,
         eta=0.5,
         delta=0.25,
         decoder="spectral",
-        width=6,
+        spectral_width=6,
         modes=4,
         spectral_layers=3,
         project=False,
@@ -340,7 +344,7 @@ def test_every_option_reaches_its_layer_and_is_recorded_in_the_config():
         grid_shape=(12, 10),
         grid_dropout=0.3,
         decoder_dropout=0.4,
-        activation="relu",
+        act="relu",
         path="auto",
         cross_heads=4,
         quantile=None,
@@ -348,7 +352,7 @@ def test_every_option_reaches_its_layer_and_is_recorded_in_the_config():
     )
     model = GalerkinTransformer(**options)
     assert model.config == options
-    assert model.coarse_shape == (5, 4)
+    assert model.coarse_shape == (5, 4) and model.grid_shape == (12, 10)
     for layer in model.encoder:
         assert layer.hidden_channels == 12 and layer.norm == "regular"
         assert (layer.attn.dropout, layer.attn.eta, layer.attn.delta) == (0.1, 0.5, 0.25)
@@ -361,16 +365,16 @@ def test_every_option_reaches_its_layer_and_is_recorded_in_the_config():
     assert model.down.activation == "relu" and model.head.act_name == "relu"
     # the mesh path's cross attentions: k neighbours, a quantile, or every node
     assert all(a.heads == 4 and a.field == {"k": 3} for a in (model.cross_down, model.cross_up))
-    by_quantile = GalerkinTransformer(3, 1, 2, channels=8, quantile=0.25)
+    by_quantile = GalerkinTransformer(3, 1, 2, width=8, quantile=0.25)
     assert by_quantile.cross_down.field == {"quantile": 0.25}
     assert (by_quantile.config["quantile"], by_quantile.config["k"]) == (0.25, None)
-    dense = GalerkinTransformer(3, 1, 2, channels=8, cross_heads=4)
+    dense = GalerkinTransformer(3, 1, 2, width=8, cross_heads=4)
     assert type(dense.cross_down).__name__ == "PositionAttention" and dense.cross_up.heads == 4
 
 
 def test_the_2d_paper_sizes_serve_3d_meshes_which_take_the_mesh_path():
     model = GalerkinTransformer(4, 1, 3)
-    assert (model.config["channels"], model.config["layers"]) == (128, 6)
+    assert (model.config["width"], model.config["layers"]) == (128, 6)
     assert not model.grid and model.regressor is None and model.down is None
 
 
@@ -381,8 +385,8 @@ def test_the_2d_paper_sizes_serve_3d_meshes_which_take_the_mesh_path():
         (dict(decoder="cnn"), "unknown decoder 'cnn'; choose one of ['spectral', 'ffn']"),
         (dict(norm="pre"), "unknown norm 'pre'; choose one of ['new', 'regular']"),
         (
-            dict(activation="elu"),
-            "unknown activation 'elu'; choose one of ['gelu', 'relu', 'silu', 'tanh', 'identity']",
+            dict(act="elu"),
+            "unknown act 'elu'; choose one of ['gelu', 'relu', 'silu', 'tanh', 'identity']",
         ),
         (dict(pos_dim=0), "pos_dim must be >= 1, got 0"),
         (
@@ -403,13 +407,16 @@ def test_configuration_errors_are_whole_sentences(kwargs, message):
 
 
 def test_the_smallest_training_grid_has_two_nodes_per_axis():
-    assert tiny(3, 2, grid_shape=2).config["grid_shape"] == (2, 2)
+    assert tiny(3, 2, grid_shape=2).grid_shape == (2, 2)
 
 
 def test_data_of_another_dimension_is_named():
     with pytest.raises(ConfigError) as error:
         tiny(3, 2)(grids((8,), count=1)[0])
-    assert str(error.value) == "the model was built for 2D coordinates but the data is 1D"
+    assert str(error.value) == (
+        "GalerkinTransformer was built for 2D coordinates but the data's pos has shape [8, 1]; "
+        "build it with pos_dim=1"
+    )
 
 
 def test_project_given_overrides_the_paper_default():
@@ -480,5 +487,6 @@ def test_the_mesh_path_takes_data_without_weights():
 def test_repr_names_the_configuration():
     assert repr(tiny(3, 2, attention="fourier", decoder="ffn", path="grid")).startswith(
         "GalerkinTransformer(\n  in_channels=3, out_channels=1, pos_dim=2, attention='fourier', "
-        "channels=8, heads=2, layers=2, decoder='ffn', path='grid'\n"
+        "width=8, heads=2, layers=2, decoder='ffn', spectral_width=6, modes=4, project=True, "
+        "path='grid'\n"
     )

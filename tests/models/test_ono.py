@@ -297,7 +297,7 @@ def test_solution_block_is_eq6_with_the_quadrature_weights():
 def test_repr_names_the_configuration():
     text = repr(tiny(feature_attention="linear"))
     assert text.startswith(
-        "ONO(\n  in_channels=3, out_channels=1, pos_dim=2, width=16, layers=2, k=4, "
+        "ONO(\n  in_channels=3, out_channels=1, pos_dim=2, width=16, layers=2, k=4, heads=2, "
         "feature_attention='linear'\n"
     )
 

@@ -29,7 +29,7 @@ def sample(n, generator, num_query=60, latent=40, params=None):
 
 def small_pit(in_channels=3, **kwargs):
     torch.manual_seed(0)
-    defaults = dict(width=16, heads=2, blocks=2, encoder_quantile=0.1, decoder_quantile=0.1)
+    defaults = dict(width=16, heads=2, layers=2, encoder_quantile=0.1, decoder_quantile=0.1)
     return PiT(in_channels, 1, 2, **{**defaults, **kwargs})
 
 
@@ -42,8 +42,8 @@ def num_parameters(model):
     [
         ("Darcy2D", dict(in_channels=3, pos_dim=2, width=128, heads=2), 313_613),
         ("Vorticity", dict(in_channels=12, pos_dim=2, width=256, heads=1), 1_252_103),
-        ("InviscidBurgers", dict(in_channels=2, pos_dim=1, decoder_blocks=1), 95_503),
-        ("ShockTube", dict(in_channels=4, pos_dim=1, decoder_blocks=1), 95_631),
+        ("InviscidBurgers", dict(in_channels=2, pos_dim=1, decoder_layers=1), 95_503),
+        ("ShockTube", dict(in_channels=4, pos_dim=1, decoder_layers=1), 95_631),
     ],
 )
 def test_parameter_counts_match_table_9(benchmark, kwargs, count):
@@ -53,7 +53,7 @@ def test_parameter_counts_match_table_9(benchmark, kwargs, count):
 def test_defaults_are_the_papers_recommendations():
     model = PiT(3, 1, 2)
     config = model.config
-    assert (config["width"], config["heads"], config["blocks"]) == (64, 2, 4)
+    assert (config["width"], config["heads"], config["layers"]) == (64, 2, 4)
     assert config["encoder_quantile"] == config["decoder_quantile"] == 0.01
     assert config["lambda_param"] == "tan"
     assert model.encoder.field == {"quantile": 0.01} and model.decoder.field == {"quantile": 0.01}
@@ -126,7 +126,7 @@ def test_other_receptive_fields_and_periodic_boxes(kwargs, encoder_field):
 
 
 def test_config_rebuilds_the_same_model():
-    model = small_pit(decoder_blocks=1, periodic=(1.0, None)).eval()
+    model = small_pit(decoder_layers=1, periodic=(1.0, None)).eval()
     rebuilt = PiT(**model.config).eval()
     rebuilt.load_state_dict(model.state_dict())
     data = sample(60, torch.Generator().manual_seed(0), num_query=10)
@@ -173,7 +173,7 @@ def test_pit_block_defaults_and_lambda_param_reach_every_attention():
 
     block = PiTBlock(8)
     assert (block.attn.heads, block.attn.lambda_param) == (2, "tan")
-    model = PiT(3, 1, 2, width=8, blocks=2, decoder_blocks=1, lambda_param="softplus")
+    model = PiT(3, 1, 2, width=8, layers=2, decoder_layers=1, lambda_param="softplus")
     layers = [model.encoder, model.decoder]
     layers += [b.attn for b in [*model.processor, *model.decoder_processor]]
     assert [layer.lambda_param for layer in layers] == ["softplus"] * 5
@@ -192,7 +192,7 @@ def test_a_field_given_twice_names_the_stage():
 def test_the_decoder_blocks_weight_the_query_nodes_of_the_mesh():
     """Without query points the decoder's blocks attend over the mesh with its weights."""
     torch.manual_seed(0)
-    model = PiT(3, 1, 2, width=8, blocks=1, decoder_blocks=2)
+    model = PiT(3, 1, 2, width=8, layers=1, decoder_layers=2)
     data = from_points(torch.rand(30, 2), x=torch.rand(30), y=torch.rand(30))
     data.weight = torch.rand(30) + 0.5
     seen = []
@@ -203,8 +203,8 @@ def test_the_decoder_blocks_weight_the_query_nodes_of_the_mesh():
 
 
 def test_repr_names_the_configuration():
-    model = PiT(3, 1, 2, width=8, heads=4, blocks=1)
+    model = PiT(3, 1, 2, width=8, heads=4, layers=1)
     assert (
-        model.extra_repr() == "in_channels=3, out_channels=1, pos_dim=2, width=8, heads=4, blocks=1"
+        model.extra_repr() == "in_channels=3, out_channels=1, pos_dim=2, width=8, heads=4, layers=1"
     )
     assert repr(model).startswith("PiT(\n  in_channels=3, out_channels=1")

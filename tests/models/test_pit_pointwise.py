@@ -17,7 +17,7 @@ def sample(n, seed):
 
 def built(pointwise):
     torch.manual_seed(0)
-    return PiT(3, 1, 2, width=16, blocks=1, encoder_k=8, decoder_k=4, pointwise=pointwise).eval()
+    return PiT(3, 1, 2, width=16, layers=1, encoder_k=8, decoder_k=4, pointwise=pointwise).eval()
 
 
 def own_input_effect(model, data):

@@ -113,7 +113,7 @@ FIELDS = {
 }
 
 
-def build(decoder_blocks: int, fields: str = "knn", weighted: bool = True) -> PiT:
+def build(decoder_layers: int, fields: str = "knn", weighted: bool = True) -> PiT:
     torch.manual_seed(0)
     model = PiT(
         3,
@@ -121,8 +121,8 @@ def build(decoder_blocks: int, fields: str = "knn", weighted: bool = True) -> Pi
         2,
         width=8,
         heads=2,
-        blocks=2,
-        decoder_blocks=decoder_blocks,
+        layers=2,
+        decoder_layers=decoder_layers,
         weighted=weighted,
         **FIELDS[fields],
     )
@@ -137,12 +137,12 @@ def build(decoder_blocks: int, fields: str = "knn", weighted: bool = True) -> Pi
 
 @pytest.mark.parametrize("weighted", [True, False])
 @pytest.mark.parametrize("fields", list(FIELDS))
-@pytest.mark.parametrize("decoder_blocks", [0, 2])
+@pytest.mark.parametrize("decoder_layers", [0, 2])
 def test_pit_forward_matches_the_dense_reference_of_the_whole_model(
-    decoder_blocks, fields, weighted
+    decoder_layers, fields, weighted
 ):
     data = batch_of_clouds()
-    model = build(decoder_blocks, fields, weighted)
+    model = build(decoder_layers, fields, weighted)
     with torch.no_grad():
         out = model(data)
     assert out.shape == (17, 2)
@@ -150,10 +150,10 @@ def test_pit_forward_matches_the_dense_reference_of_the_whole_model(
 
 
 def test_pit_checks_its_block_counts_and_receptive_fields():
-    PiT(3, 1, 2, blocks=0)  # an encoder and a decoder only
-    for blocks, decoder_blocks in ((-1, 0), (0, -1)):
-        with pytest.raises(ConfigError, match="blocks and decoder_blocks must be >= 0"):
-            PiT(3, 1, 2, blocks=blocks, decoder_blocks=decoder_blocks)
+    PiT(3, 1, 2, layers=0)  # an encoder and a decoder only
+    for layers, decoder_layers in ((-1, 0), (0, -1)):
+        with pytest.raises(ConfigError, match="layers and decoder_layers must be >= 0"):
+            PiT(3, 1, 2, layers=layers, decoder_layers=decoder_layers)
     with pytest.raises(ConfigError, match=r"give the decoder one receptive field.*'k': 3"):
         PiT(3, 1, 2, decoder_k=3, decoder_radius=0.2)
     model = PiT(3, 1, 2, encoder_radius=0.3, decoder_radius=0.4)

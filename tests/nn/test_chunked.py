@@ -22,15 +22,15 @@ from meshop.train import NormalizedModel, prepare_data
 from meshop.train.normalized import fit_normalizers
 
 MODELS = {
-    "pit": lambda: PiT(3, 2, 2, width=16, blocks=2),
+    "pit": lambda: PiT(3, 2, 2, width=16, layers=2),
     "pit-knn-decoder-block": lambda: PiT(
-        3, 2, 2, width=16, blocks=1, encoder_k=12, decoder_k=6, decoder_blocks=1
+        3, 2, 2, width=16, layers=1, encoder_k=12, decoder_k=6, decoder_layers=1
     ),
     "pit-radius-unweighted": lambda: PiT(
-        3, 2, 2, width=16, blocks=1, encoder_radius=0.2, decoder_radius=0.4, weighted=False
+        3, 2, 2, width=16, layers=1, encoder_radius=0.2, decoder_radius=0.4, weighted=False
     ),
-    "pit-periodic": lambda: PiT(3, 2, 2, width=16, blocks=1, periodic=1.0),
-    "pit-pointwise": lambda: PiT(3, 2, 2, width=16, blocks=1, pointwise=True),
+    "pit-periodic": lambda: PiT(3, 2, 2, width=16, layers=1, periodic=1.0),
+    "pit-pointwise": lambda: PiT(3, 2, 2, width=16, layers=1, pointwise=True),
     "transolver": lambda: Transolver(3, 2, 2, width=16, layers=2, heads=2, slices=8),
     "ono-galerkin": lambda: ONO(3, 2, 2, width=16, layers=2, k=4, heads=2),
     "ono-linear-sum": lambda: ONO(
@@ -48,16 +48,16 @@ MODELS = {
         orthonormalize="batch",
     ),
     "galerkin-global-cross": lambda: GalerkinTransformer(
-        3, 2, 2, channels=16, layers=2, heads=2, path="mesh"
+        3, 2, 2, width=16, layers=2, heads=2, path="mesh"
     ),
     "galerkin-local-cross": lambda: GalerkinTransformer(
-        3, 2, 2, channels=16, layers=2, heads=2, path="mesh", quantile=0.05
+        3, 2, 2, width=16, layers=2, heads=2, path="mesh", quantile=0.05
     ),
     "fourier-regular-norm": lambda: GalerkinTransformer(
-        3, 2, 2, attention="fourier", norm="regular", channels=16, layers=1, heads=2, path="mesh"
+        3, 2, 2, attention="fourier", norm="regular", width=16, layers=1, heads=2, path="mesh"
     ),
     "linear-encoder": lambda: GalerkinTransformer(
-        3, 2, 2, attention="linear", channels=16, layers=1, heads=2, path="mesh", k=8
+        3, 2, 2, attention="linear", width=16, layers=1, heads=2, path="mesh", k=8
     ),
     "mlp": lambda: MLPBaseline(3, 2, 2),
 }
@@ -143,7 +143,7 @@ def test_targets_without_neighbours_inside_and_at_the_start_of_chunks():
     far = torch.full((20, 2), 5.0, dtype=torch.float64)
     set_query_points(data, torch.cat([far[:7], data.pos[:30], far[7:], data.pos[30:60]]))
     data.query_pos = data.query_pos.double()
-    model = PiT(3, 2, 2, width=16, blocks=1, encoder_k=8, decoder_radius=0.3).double().eval()
+    model = PiT(3, 2, 2, width=16, layers=1, encoder_k=8, decoder_radius=0.3).double().eval()
     with torch.no_grad():
         reference = model(data)
         # a radius field is budgeted at max_num_neighbors (1024) edges a target: 4 to 8 targets
@@ -251,7 +251,7 @@ def test_a_sample_without_query_points_in_a_batch_of_chunks():
 def test_the_grid_path_runs_whole():
     data = uniform_grid((12, 12))
     data.x = torch.rand(144, 1, dtype=data.pos.dtype)
-    model = GalerkinTransformer(3, 1, 2, channels=16, layers=1, heads=2, path="grid").eval()
+    model = GalerkinTransformer(3, 1, 2, width=16, layers=1, heads=2, path="grid").eval()
     with torch.no_grad():
         assert torch.equal(model.forward_chunked(data, 10), model(data))
 

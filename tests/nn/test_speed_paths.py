@@ -790,7 +790,7 @@ def test_pit_training_step_searches_no_neighbours_after_the_first(monkeypatch):
     from meshop.models import PiT
 
     torch.manual_seed(0)
-    model = PiT(3, 1, 2, width=8, heads=2, blocks=1, encoder_k=4, decoder_quantile=0.2)
+    model = PiT(3, 1, 2, width=8, heads=2, layers=1, encoder_k=4, decoder_quantile=0.2)
     from meshop.data import from_points, make_loader
 
     samples = [from_points(torch.rand(20, 2), x=torch.rand(20), y=torch.rand(20)) for _ in range(4)]

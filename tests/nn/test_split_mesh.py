@@ -117,19 +117,19 @@ def test_split_meshes_need_torch_distributed():
 # every process holds whole (sampled from the whole mesh's coordinates by split_latent_mesh)
 LATENT_MODELS = {
     "pit-quantile": lambda: PiT(
-        3, 2, 2, width=8, blocks=1, encoder_quantile=0.1, decoder_quantile=0.1
+        3, 2, 2, width=8, layers=1, encoder_quantile=0.1, decoder_quantile=0.1
     ),
-    "pit-knn": lambda: PiT(3, 2, 2, width=8, blocks=1, encoder_k=12, decoder_k=5),
-    "pit-radius": lambda: PiT(3, 2, 2, width=8, blocks=1, encoder_radius=0.2, decoder_k=5),
+    "pit-knn": lambda: PiT(3, 2, 2, width=8, layers=1, encoder_k=12, decoder_k=5),
+    "pit-radius": lambda: PiT(3, 2, 2, width=8, layers=1, encoder_radius=0.2, decoder_k=5),
     "pit-pointwise": lambda: PiT(
-        3, 2, 2, width=8, blocks=1, encoder_k=12, decoder_k=5, pointwise=True
+        3, 2, 2, width=8, layers=1, encoder_k=12, decoder_k=5, pointwise=True
     ),
-    "galerkin": lambda: GalerkinTransformer(3, 2, 2, channels=8, layers=1, heads=2, path="mesh"),
+    "galerkin": lambda: GalerkinTransformer(3, 2, 2, width=8, layers=1, heads=2, path="mesh"),
     "galerkin-local": lambda: GalerkinTransformer(
-        3, 2, 2, channels=8, layers=1, heads=2, path="mesh", quantile=0.1
+        3, 2, 2, width=8, layers=1, heads=2, path="mesh", quantile=0.1
     ),
     "fourier": lambda: GalerkinTransformer(
-        3, 2, 2, attention="fourier", channels=8, layers=1, heads=2, path="mesh"
+        3, 2, 2, attention="fourier", width=8, layers=1, heads=2, path="mesh"
     ),
 }
 # (model, quadrature weights, query points)
@@ -235,14 +235,14 @@ def _latent_worker(rank: int, port: int, results):
         no_latent = next(iter(make_loader(pieces, batch_size=2)))
         other = latent_samples(True, False, [lat + 0.01 * rank for lat in latent])[0]
         shifted = next(iter(make_loader([latent_part(other, held[0], False, rank)])))
-        pit = PiT(3, 2, 2, width=8, blocks=1).double()
+        pit = PiT(3, 2, 2, width=8, layers=1).double()
         refusals = {
             "pit-no-latent": lambda: pit.forward_chunked(no_latent, 37),
             "galerkin-no-latent": lambda: (
                 LATENT_MODELS["galerkin"]().double().forward_chunked(no_latent, 37)
             ),
             "decoder-blocks": lambda: (
-                PiT(3, 2, 2, width=8, blocks=1, decoder_blocks=1)
+                PiT(3, 2, 2, width=8, layers=1, decoder_layers=1)
                 .double()
                 .forward_chunked(queried, 37)
             ),
@@ -293,7 +293,7 @@ def test_pit_and_galerkin_split_at_their_latent_mesh_give_one_process_outputs_an
     expected = {
         "pit-no-latent": "PiT under split_mesh needs a latent mesh that every process holds whole",
         "galerkin-no-latent": "the Galerkin Transformer under split_mesh needs a latent mesh",
-        "decoder-blocks": "PiT with decoder_blocks=1 attends among all the query points",
+        "decoder-blocks": "PiT with decoder_layers=1 attends among all the query points",
         "pointwise-queries": "PiT(pointwise=True) reads the input fields of each query point",
         "different-latent": "differ between the processes of split_mesh",
         "pit-forward": "PiT.forward sees only this process's nodes under split_mesh",

@@ -21,7 +21,7 @@ def trained(tmp_path_factory):
     argv = ["train", "--dataset", "folder", "--data-dir", folder, "--model", "pit"]
     argv += ["--dataset-arg", 'inputs=["a"]', "--dataset-arg", 'targets=["u"]', "--epochs", 3]
     argv += ["--batch-size", 4, "--latent-points", PREDICT_LATENT, "--model-arg", "width=8"]
-    argv += ["--model-arg", "blocks=1", "--model-arg", "encoder_k=4", "--model-arg", "decoder_k=3"]
+    argv += ["--model-arg", "layers=1", "--model-arg", "encoder_k=4", "--model-arg", "decoder_k=3"]
     argv += ["--out", run, "--no-progress", "--no-figures", "--lr", 1e-2]
     assert main([str(a) for a in argv]) == 0
     return root, run

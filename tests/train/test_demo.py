@@ -190,7 +190,7 @@ def test_the_demo_trains_both_models_with_the_settings_and_the_data_they_name(de
     pit, _ = load_model(root / "runs" / "demo" / "pit")
     assert pit.config["width"] == 8 and pit.config["weighted"] is True  # the TINY settings
     mlp, _ = load_model(root / "runs" / "demo" / "mlp")
-    assert mlp.config["hidden_channels"] == 8
+    assert mlp.config["width"] == 8
 
 
 def test_the_demo_writes_test_meshes_with_targets_predictions_and_errors(demo):

@@ -49,7 +49,7 @@ def folder(tmp_path):
 
 def small_pit() -> PiT:
     seed_everything(0)
-    return PiT(3, 3, pos_dim=2, width=8, blocks=1, heads=1, encoder_k=4, decoder_k=4)
+    return PiT(3, 3, pos_dim=2, width=8, layers=1, heads=1, encoder_k=4, decoder_k=4)
 
 
 CONFIG = dict(epochs=1, batch_size=3, lr=1e-2, latent_points=8, progress=False)
@@ -117,7 +117,7 @@ def test_each_epoch_reads_the_training_files_instead_of_holding_them(folder, mon
     train = MeshFolder(folder, inputs="a", targets="vm", test_fraction=0.3, progress=False)
     files = {f.name for i, f in enumerate(train.files) if i in train.indices()}
     seed_everything(0)
-    model = PiT(3, 1, pos_dim=2, width=8, blocks=1, heads=1, encoder_k=4, decoder_k=4)
+    model = PiT(3, 1, pos_dim=2, width=8, layers=1, heads=1, encoder_k=4, decoder_k=4)
     trainer = Trainer(model, prepare_data(train, config=TrainConfig(**{**CONFIG, "epochs": 2})))
     built = len(reads.files)
     # built: the first file (layout), sample 0 twice (field names, shapes) and one streaming pass
@@ -174,7 +174,7 @@ def test_meshop_train_on_a_folder_with_workers_and_a_cache(folder, tmp_path, cap
     argv = ["train", "--dataset", "folder", "--data-dir", folder, "--model", "mlp", "--epochs", 1]
     argv += ["--dataset-arg", 'inputs="a"', "--dataset-arg", 'targets=["u", "vm"]']
     argv += ["--dataset-arg", "cache_size=4", "--num-workers", 2, "--batch-size", 3]
-    argv += ["--model-arg", "hidden_channels=8", "--out", tmp_path / "run", "--no-figures"]
+    argv += ["--model-arg", "width=8", "--out", tmp_path / "run", "--no-figures"]
     assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
     _, ckpt = load_model(tmp_path / "run")
     assert ckpt["train_config"]["num_workers"] == 2

@@ -24,7 +24,7 @@ def tiny_train(epochs: int = 3, out_dir=None, progress: bool = True) -> None:
     for _ in range(4):
         pos = rng.random((20, 2))
         samples.append(from_points(pos, x=pos[:, :1], y=pos[:, 1:]))
-    model = build_model("mlp", in_channels=3, out_channels=1, pos_dim=2, hidden_channels=4)
+    model = build_model("mlp", in_channels=3, out_channels=1, pos_dim=2, width=4)
     config = TrainConfig(epochs=epochs, batch_size=2, progress=progress)
     train(model, prepare_data(samples, samples, config), out_dir=out_dir)
 

@@ -170,7 +170,7 @@ def test_a_training_step_optimises_the_loss_with_its_h1_term():
         grid.y = grid.x * grid.pos[:, 1:] + grid.pos[:, :1]
         samples.append(grid)
     torch.manual_seed(0)
-    model = MLPBaseline(3, 1, 2, hidden_channels=8, num_layers=2)
+    model = MLPBaseline(3, 1, 2, width=8, layers=2)
     config = TrainConfig(batch_size=4, h1_weight=0.5, progress=False)
     trainer = Trainer(model, prepare_data(samples, config=config))
     batch = next(iter(trainer.loader))

@@ -31,7 +31,7 @@ def trained(tmp_path_factory):
         out=str(root / "run"),
         data_dir=str(root / "data"),
         train={"epochs": 2, "batch_size": 2, "progress": False},
-        model_args={"hidden_channels": 8},
+        model_args={"width": 8},
         dataset_args=TINY,
     )
     # a model preset for the pair, so that the run must merge it under the explicit settings
@@ -47,7 +47,7 @@ PRESET_CALLS = []
 def with_model_preset(dataset, model, data=None):
     PRESET_CALLS.append((dataset, model))
     defaults = preset(dataset, model, data)
-    defaults["model"] = {**defaults["model"], "num_layers": 3, "hidden_channels": 16}
+    defaults["model"] = {**defaults["model"], "layers": 3, "width": 16}
     return defaults
 
 
@@ -61,17 +61,17 @@ def test_train_run_writes_the_run_and_logs_what_it_trains(trained):
     assert PRESET_CALLS == [("darcy", "mlp")]  # the pair's preset, resolved once
     # the pair's preset under the explicit settings
     defaults = with_model_preset("darcy", "mlp")
-    assert saved["model_args"] == {**defaults["model"], "hidden_channels": 8}
-    assert saved["model_args"]["num_layers"] == 3
+    assert saved["model_args"] == {**defaults["model"], "width": 8}
+    assert saved["model_args"]["layers"] == 3
     assert saved["train"]["epochs"] == 2 and saved["train"]["batch_size"] == 2
     for key, value in defaults["train"].items():
         if key not in ("epochs", "batch_size"):
             assert saved["train"][key] == value
     model, ckpt = load_model(out)
-    assert (model.config["num_layers"], model.config["hidden_channels"]) == (3, 8)
+    assert (model.config["layers"], model.config["width"]) == (3, 8)
     parameters = sum(p.numel() for p in model.parameters())
     assert lines[0].startswith("settings:\n  model             mlp: ")
-    assert "num_layers=3" in lines[0] and "hidden_channels=8" in lines[0]
+    assert "layers=3" in lines[0] and "width=8" in lines[0]
     assert lines[1:] == [
         f"training mlp ({parameters:,} parameters) on darcy: 3 train / 2 test samples -> {out}",
         json.dumps({k: v for k, v in metrics.items() if k != "lr"}),
@@ -212,7 +212,7 @@ def test_train_run_defaults_start_afresh_draw_figures_quietly_and_keep_no_data_d
         model="mlp",
         out=str(tmp_path / "run"),
         train={"epochs": 1, "progress": False},
-        model_args={"hidden_channels": 8},
+        model_args={"width": 8},
         dataset_args={**TINY, "num_train": 1},
     )
     R.train_run(run, log=lambda *_: None)
@@ -241,7 +241,7 @@ def test_evaluate_run_rebuilds_the_checkpoints_latent_mesh(tmp_path):
         out=str(tmp_path / "run"),
         data_dir=str(tmp_path / "data"),
         train={"epochs": 1, "progress": False, "latent_points": 12, "latent_grid": None},
-        model_args={"width": 8, "blocks": 1},
+        model_args={"width": 8, "layers": 1},
         dataset_args=TINY,
     )
     R.train_run(run, figures=False, log=lambda *_: None)
@@ -310,7 +310,7 @@ def test_a_run_without_test_samples_trains_and_reports_no_test_error(tmp_path, m
         out=str(tmp_path / "run"),
         data_dir=str(tmp_path / "data"),
         train={"epochs": 1, "progress": False},
-        model_args={"hidden_channels": 8},
+        model_args={"width": 8},
         dataset_args=TINY,
     )
     metrics = R.train_run(run, figures=False, log=lambda *_: None)
@@ -331,7 +331,7 @@ def test_a_run_prepares_its_data_once_and_builds_the_model_for_it(tmp_path, monk
         out=str(tmp_path / "run"),
         data_dir=str(tmp_path / "data"),
         train={"epochs": 1, "progress": False},
-        model_args={"hidden_channels": 8},
+        model_args={"width": 8},
         dataset_args={**TINY, "num_train": 1},
     )
     R.train_run(run, figures=False, log=lambda *_: None)

@@ -50,7 +50,7 @@ def test_meshop_evaluate_with_a_resolution_dataset_arg_evaluates_on_the_finer_gr
     argv = ["train", "--dataset", "darcy", "--model", "galerkin", "--epochs", 1, "--batch-size", 2]
     argv += ["--dataset-arg", "num_train=2", "--dataset-arg", "num_test=2"]
     argv += ["--dataset-arg", "resolution=9", "--dataset-arg", "fine_resolution=17"]
-    for arg in ("channels=8", "heads=1", "layers=1", "width=4", "modes=2"):
+    for arg in ("width=8", "heads=1", "layers=1", "spectral_width=4", "modes=2"):
         argv += ["--model-arg", arg]
     run_ok([*argv, "--out", run, "--no-progress", "--no-figures"], capsys)
 

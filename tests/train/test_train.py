@@ -258,7 +258,7 @@ def test_resuming_with_another_model_says_so(tmp_path):
     Trainer(
         tiny_model(), prepare_data(toy_samples(4), config=quiet(epochs=1)), out_dir=tmp_path
     ).fit()
-    other = MLPBaseline(4, 1, 2, hidden_channels=8)
+    other = MLPBaseline(4, 1, 2, width=8)
     with pytest.raises(ConfigError, match="cannot resume"):
         Trainer(other, prepare_data(toy_samples(4), config=quiet(epochs=2)), out_dir=tmp_path).fit(
             resume=True
@@ -315,7 +315,7 @@ def test_the_h1_penalty_trains_on_grids(tmp_path):
         grid.x = torch.sin((1 + k % 3) * grid.pos[:, :1])
         grid.y = grid.x * grid.pos[:, 1:]
         samples.append(grid)
-    model = MLPBaseline(3, 1, 2, hidden_channels=8)
+    model = MLPBaseline(3, 1, 2, width=8)
     metrics = Trainer(
         model, prepare_data(samples, samples[:2], quiet(epochs=2, h1_weight=0.5)), out_dir=tmp_path
     ).fit()

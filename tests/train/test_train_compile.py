@@ -21,7 +21,7 @@ def samples(count: int):
 
 def fit(compile: bool):
     seed_everything(0)
-    model = MLPBaseline(in_channels=3, out_channels=1, pos_dim=2, hidden_channels=8, num_layers=2)
+    model = MLPBaseline(in_channels=3, out_channels=1, pos_dim=2, width=8, layers=2)
     config = TrainConfig(
         epochs=2, batch_size=4, lr=1e-2, schedule="cosine", progress=False, compile=compile
     )

@@ -9,7 +9,7 @@ import torch
 from meshop.data import from_points, write_mesh
 from meshop.datasets.registry import DATASETS, build_dataset, dataset_class
 from meshop.errors import ConfigError, MeshReadError
-from meshop.models import MLPBaseline
+from meshop.models import GalerkinTransformer, MLPBaseline
 from meshop.models.registry import MODELS, build_model, model_class, name_of
 from meshop.train.config import from_dict
 from meshop.train.presets import preset
@@ -28,9 +28,8 @@ def test_every_suggested_pair_has_a_valid_preset(dataset, model):
 
 
 def test_names_round_trip_through_checkpoints():
-    for name, entry in MODELS.items():
-        if not entry.defaults:  # variants (fourier) are saved under their class's name
-            assert name_of(model_class(name)) == name
+    for name in MODELS:
+        assert name_of(model_class(name)) == name
     assert name_of(MLPBaseline) == "mlp"
     assert name_of(torch.nn.Linear) == "torch.nn.modules.linear:Linear"
     assert isinstance(
@@ -39,11 +38,12 @@ def test_names_round_trip_through_checkpoints():
     )
 
 
-def test_the_fourier_transformer_is_the_galerkin_class_with_fourier_attention():
-    model = build_model(
-        "fourier", in_channels=2, out_channels=1, pos_dim=1, channels=8, layers=1, width=4, modes=2
-    )
-    assert model.config["attention"] == "fourier" and name_of(type(model)) == "galerkin"
+def test_the_fourier_transformer_is_the_galerkin_transformer_with_fourier_attention():
+    sizes = dict(in_channels=2, out_channels=1, pos_dim=1, width=8, layers=1, modes=2)
+    model = build_model("fourier", **sizes, spectral_width=4)
+    assert isinstance(model, GalerkinTransformer) and name_of(type(model)) == "fourier"
+    assert model.config["attention"] == "fourier"
+    assert build_model("galerkin", **sizes).config["attention"] == "galerkin"
     rebuilt = build_model(name_of(type(model)), **model.config)
     assert rebuilt.config == model.config
 
@@ -80,12 +80,12 @@ TINY_DATA = {
     "darcy-mesh": {"num_train": 2, "num_test": 1, "max_area": 0.01},
 }
 TINY_MODELS = {
-    "pit": {"width": 8, "blocks": 1},
-    "galerkin": {"channels": 8, "heads": 1, "layers": 1, "width": 4, "modes": 2},
-    "fourier": {"channels": 8, "heads": 1, "layers": 1, "width": 4, "modes": 2},
+    "pit": {"width": 8, "layers": 1},
+    "galerkin": {"width": 8, "heads": 1, "layers": 1, "spectral_width": 4, "modes": 2},
+    "fourier": {"width": 8, "heads": 1, "layers": 1, "spectral_width": 4, "modes": 2},
     "ono": {"width": 8, "layers": 1, "k": 2, "heads": 1},
     "transolver": {"width": 8, "layers": 1, "heads": 2, "slices": 4},
-    "mlp": {"hidden_channels": 8},
+    "mlp": {"width": 8},
 }
 GENERATED_PAIRS = [(d, m) for d, m in PAIRS if d in TINY_DATA]
 

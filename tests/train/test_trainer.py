@@ -103,7 +103,7 @@ def test_resuming_another_model_or_another_size_names_both(tmp_path):
     Trainer(
         tiny_model(), prepare_data(toy_samples(4), config=quiet(epochs=1)), out_dir=tmp_path
     ).fit()
-    other = build_model("mlp", in_channels=4, out_channels=1, pos_dim=2, hidden_channels=8)
+    other = build_model("mlp", in_channels=4, out_channels=1, pos_dim=2, width=8)
     with pytest.raises(ConfigError, match=r"differs from the checkpoint's \(Error\(s\) in loading"):
         Trainer(other, prepare_data(toy_samples(4), config=quiet(epochs=2)), out_dir=tmp_path).fit(
             resume=True
