@@ -15,7 +15,7 @@ import torch
 from benchmarks.lib import common
 from benchmarks.lib.workloads import PRESET_LATENT, PRESET_MODELS, build_preset, unit_square
 from meshop.data import add_latent_mesh
-from meshop.nn.chunked import predict_in_chunks
+from meshop.train.inference import predict_in_chunks
 
 
 def prepare(model: str, n: int, chunk_nodes: int, device: str, train: bool = False):

@@ -2,7 +2,7 @@
 chunks of 65,536 nodes, a mean-square loss, backward) of a model at its CPU preset size on one
 sample of N random nodes; ``1 process``: the whole mesh, ``model.forward_chunked``;
 ``2 processes``: ``torchrun --nproc_per_node 2``, each process every other node, inside
-:func:`meshop.nn.chunked.split_mesh`, the gradients summed after the backward pass. One torch
+:func:`meshop.nn.splitting.split_mesh`, the gradients summed after the backward pass. One torch
 thread per process; the time is the fastest of ``--repeats`` steps after a first one, the memory
 each process's resident-set high-water mark. Results: ``split_mesh.{md,json}`` for the
 Transolver alone, else ``split_mesh_<models>.{md,json}``.
@@ -29,7 +29,7 @@ import torch.distributed as dist
 from benchmarks.lib import common
 from benchmarks.lib.workloads import PRESET_LATENT, PRESET_MODELS, build_preset
 from meshop.data import farthest_point_sampling, from_points
-from meshop.nn.chunked import split_mesh
+from meshop.nn.splitting import split_mesh
 
 CHUNK = 2**16
 #: the models this benchmark splits; PiT and the Galerkin Transformer get a latent mesh of the

@@ -11,6 +11,8 @@ from torch import Tensor, nn
 from meshop._pyg import Data
 from meshop.data.batching import node_features
 from meshop.errors import ConfigError, MeshError
+from meshop.nn.chunking import Walk
+from meshop.nn.integral import split_group
 
 
 class Operator(nn.Module):
@@ -86,6 +88,28 @@ class Operator(nn.Module):
         """:func:`meshop.data.node_features` of ``data`` after :meth:`check`."""
         self.check(data)
         return node_features(data)
+
+    def forward(self, data: Data) -> Tensor:
+        if split_group() is not None:
+            raise ConfigError(
+                f"{type(self).__name__}.forward sees only this process's nodes under split_mesh; "
+                f"call model.forward_chunked(data, chunk_nodes) there"
+            )
+        return self.compute(data, Walk())
+
+    def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
+        """:meth:`forward` with at most about ``chunk_nodes`` nodes' (or edges') intermediate
+        tensors at a time, in inference and in training (every chunk checkpointed): the same
+        :meth:`compute` walked by the chunk driver (:mod:`meshop.nn.chunking`). Inside
+        :func:`~meshop.nn.splitting.split_mesh`, on this process's part of the mesh: the
+        outputs of the whole mesh at this process's nodes."""
+        return self.compute(data, Walk(chunk_nodes))
+
+    def compute(self, data: Data, walk: Walk) -> Tensor:
+        """The model's forward pass, written once against ``walk``
+        (:class:`~meshop.nn.chunking.Walk`): per-node work through ``walk.map``, every integral
+        layer or block through ``walk.layer``."""
+        raise NotImplementedError
 
     def extra_repr(self) -> str:
         defaults = {

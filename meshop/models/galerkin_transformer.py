@@ -22,19 +22,13 @@ from meshop.data.latent import coarse_shape as divided_shape
 from meshop.errors import ConfigError
 from meshop.models.base import Operator
 from meshop.nn.blocks.galerkin_encoder_layer import NORMS, GalerkinEncoderLayer, check_attention
-from meshop.nn.chunked import (
-    check_not_split,
-    check_shared,
-    cross_attention,
-    map_over_chunks,
-    mesh_group,
-    replicated,
-)
+from meshop.nn.chunking import Walk
 from meshop.nn.cinn import CiNNDown, CiNNUp
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import ACTIVATIONS, MLP
 from meshop.nn.position_attention import PositionAttention
 from meshop.nn.spectral_regressor import SpectralRegressor
+from meshop.nn.splitting import check_shared, mesh_group
 
 #: Table 5 sizes, the defaults for 1D (Burgers) and 2D (Darcy) domains
 PAPER_SIZES = {
@@ -299,70 +293,61 @@ class GalerkinTransformer(Operator):
             return True
         return self.grid and getattr(data, "grid_shape", None) is not None
 
-    def forward(self, data: Data) -> Tensor:
-        check_not_split("GalerkinTransformer")
-        x = self.features(data)
-        if self.uses_grid_path(data):
-            return self._grid_forward(data, x)
-        return self._mesh_forward(data, x)
+    def compute(self, data: Data, walk: Walk) -> Tensor:
+        """On the mesh path, the cross attention down runs for chunks of latent nodes and lifts
+        only the input nodes it reads, the encoder layers integrate their kernels over the
+        latent nodes (in chunks when there are more than a chunk), the cross attention up and
+        the head run for chunks of query points. The grid path (CiNN, spectral layers) needs
+        whole grids and runs unchunked.
 
-    def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
-        """:meth:`forward` with at most about ``chunk_nodes`` nodes' (or edges') intermediate
-        tensors at a time on the mesh path (:mod:`meshop.nn.chunked`, inference and training):
-        the cross attention down runs for chunks of latent nodes and lifts only the input nodes
-        it reads, encoder layers on node sets larger than a chunk integrate their kernels over
-        the chunks (:meth:`~meshop.nn.GalerkinEncoderLayer.forward_chunked`), the cross attention
-        up and the head run for chunks of query points. The grid path (CiNN, spectral layers)
-        needs whole grids and runs unchunked.
-
-        Inside :func:`~meshop.nn.chunked.split_mesh` (mesh path, a latent mesh ``latent_pos``
+        Inside :func:`~meshop.nn.splitting.split_mesh` (mesh path, a latent mesh ``latent_pos``
         that every process holds whole) the cross attention down merges every process's softmax
         sums over its own input nodes, then the encoder, the cross attention up to the process's
         query points and the head run on every process. Refused (:class:`ConfigError`) on the
         grid path and without a latent mesh."""
         x = self.features(data)
-        if mesh_group() is not None:
+        if walk.group is not None:
             self._check_split(data)
         if self.uses_grid_path(data):
             return self._grid_forward(data, x)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
         query_pos, query_batch = query_nodes(data)
+        # quadrature weights of the latent nodes: the domain's own when the latent mesh is the
+        # input mesh, else 1/n per sample (sampled nodes carry no cell measure)
         weight = getattr(data, "weight", None) if latent_pos is pos else None
-        h = cross_attention(
+        samples = num_samples(data)
+        h = walk.layer(
             self.cross_down,
             lambda nodes: self.lift(x[nodes]),
             pos,
             batch,
-            None,
+            num_samples=samples,
+            pos_dst=latent_pos,
+            batch_dst=latent_batch,
+        )
+        for layer in self.encoder:
+            h = walk.layer(
+                layer,
+                h,
+                latent_pos,
+                latent_batch,
+                weight,
+                num_samples=samples,
+                shared=True,
+                overwrite=True,
+            )
+        return walk.layer(
+            self.cross_up,
+            h,
             latent_pos,
             latent_batch,
-            chunk_nodes,
+            num_samples=samples,
+            pos_dst=query_pos,
+            batch_dst=query_batch,
+            shared=True,
+            then=lambda up, nodes: self.head(torch.cat([up, query_pos[nodes]], dim=-1)),
         )
-        samples = num_samples(data)
-        with replicated():
-            for layer in self.encoder:
-                if len(h) <= chunk_nodes:
-                    h = layer(h, latent_pos, latent_batch, weight)
-                else:
-                    h = layer.forward_chunked(
-                        h, latent_pos, latent_batch, weight, samples, chunk_nodes
-                    )
-
-            def decoded(nodes):
-                up = cross_attention(
-                    self.cross_up,
-                    lambda sources: h[sources],
-                    latent_pos,
-                    latent_batch,
-                    None,
-                    query_pos[nodes],
-                    query_batch[nodes],
-                    chunk_nodes,
-                )
-                return self.head(torch.cat([up, query_pos[nodes]], dim=-1))
-
-            return map_over_chunks(decoded, len(query_pos), chunk_nodes)
 
     def _check_split(self, data: Data) -> None:
         """What :meth:`forward_chunked` cannot split over processes, refused with what to do."""
@@ -377,7 +362,7 @@ class GalerkinTransformer(Operator):
             raise ConfigError(
                 f"the {name} Transformer under split_mesh needs a latent mesh that every process "
                 f"holds whole: give every process's part the same latent_pos "
-                f"(meshop.nn.chunked.split_latent_mesh(part, 256) samples it from the whole "
+                f"(meshop.nn.splitting.split_latent_mesh(part, 256) samples it from the whole "
                 f"mesh; meshop's own pipelines: latent_points=256, --latent-points 256). Its "
                 f"default latent mesh on meshes is the input mesh itself, on which each process "
                 f"would need every node's features for its own nodes"
@@ -446,18 +431,6 @@ class GalerkinTransformer(Operator):
         if getattr(data, "query_pos", None) is None and tuple(out_shape) == shape:
             return node_tensor(out)
         return sample_grid(out, out_pos, *query_nodes(data))
-
-    def _mesh_forward(self, data: Data, x: Tensor) -> Tensor:
-        pos, batch = data.pos, node_batch(data)
-        latent_pos, latent_batch = latent_nodes(data)
-        query_pos, query_batch = query_nodes(data)
-        # quadrature weights of the latent nodes: the domain's own when the latent mesh is the
-        # input mesh, else 1/n per sample (sampled nodes carry no cell measure)
-        weight = getattr(data, "weight", None) if latent_pos is pos else None
-        h = self.cross_down(self.lift(x), pos, batch, pos_dst=latent_pos, batch_dst=latent_batch)
-        h = self._encode(h, latent_pos, latent_batch, weight)
-        h = self.cross_up(h, latent_pos, latent_batch, pos_dst=query_pos, batch_dst=query_batch)
-        return self.head(torch.cat([h, query_pos], dim=-1))
 
 
 class FourierTransformer(GalerkinTransformer):

@@ -6,7 +6,7 @@ import torch
 
 from meshop.data.batching import query_features
 from meshop.models.base import Operator
-from meshop.nn.chunked import map_over_chunks
+from meshop.nn.chunking import Walk
 from meshop.nn.mlp import MLP
 
 
@@ -54,12 +54,8 @@ class MLPBaseline(Operator):
     def reset_parameters(self) -> None:
         self.mlp.reset_parameters()
 
-    def forward(self, data) -> torch.Tensor:
+    def compute(self, data, walk: Walk) -> torch.Tensor:
+        """Pointwise: only the MLP's hidden features are chunked."""
         self.check(data)
-        return self.mlp(query_features(data))
-
-    def forward_chunked(self, data, chunk_nodes: int) -> torch.Tensor:
-        """:meth:`forward` for chunks of query points (:mod:`meshop.nn.chunked`): pointwise, so
-        only the MLP's hidden features are chunked."""
         features = query_features(data)
-        return map_over_chunks(lambda nodes: self.mlp(features[nodes]), len(features), chunk_nodes)
+        return walk.map(lambda nodes: self.mlp(features[nodes]), len(features))

@@ -15,8 +15,9 @@ from meshop.nn.blocks.ono_blocks import (
     SolutionBlock,
     trunc_normal_linears,
 )
-from meshop.nn.chunked import map_over_chunks, mesh_weight
+from meshop.nn.chunking import Walk
 from meshop.nn.mlp import MLP
+from meshop.nn.splitting import mesh_weight
 
 
 class ONO(Operator):
@@ -196,29 +197,22 @@ class ONO(Operator):
                     if module.bias is not None:
                         nn.init.zeros_(module.bias)
 
-    def forward(self, data: Data) -> Tensor:
-        features, pos, batch, weight, is_query = self._nodes(data)
-        g, h = self.encoder(features).chunk(2, dim=-1)
-        for feature_block, solution_block in zip(self.feature_blocks, self.solution_blocks):
-            g = feature_block(g, pos, batch, weight)
-            h = solution_block(h, g, batch, weight)
-        return h if is_query is None else h[is_query]
-
-    def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
-        """:meth:`forward` with at most ``chunk_nodes`` nodes' intermediate tensors at a time
-        (:mod:`meshop.nn.chunked`, inference and training): the two streams ``[N, width]`` are
-        the only state of size N; every stage integrates the feature attention's kernels, then
-        the orthogonal attention's moments and inner products, over the chunks before updating
-        them. The feature attention must have per-sample kernels (softmax attention has none)."""
+    def compute(self, data: Data, walk: Walk) -> Tensor:
+        """The two streams ``[N, width]`` are the only state of size N; every stage integrates
+        the feature attention's kernels, then the orthogonal attention's moments and inner
+        products, over the nodes (in chunks: over every chunk) before updating them. Chunked,
+        the feature attention must have per-sample kernels (softmax attention has none)."""
         features, pos, batch, weight, is_query = self._nodes(data)
         weight = mesh_weight(data, weight)
         samples, n = num_samples(data), len(features)
-        g, h = map_over_chunks(lambda nodes: self.encoder(features[nodes]), n, chunk_nodes).chunk(
-            2, dim=-1
-        )
+        g, h = walk.map(lambda nodes: self.encoder(features[nodes]), n).chunk(2, dim=-1)
         for feature_block, solution_block in zip(self.feature_blocks, self.solution_blocks):
-            g = feature_block.forward_chunked(g, pos, batch, weight, samples, chunk_nodes)
-            h = solution_block.forward_chunked(h, g, batch, weight, samples, chunk_nodes)
+            g = walk.layer(
+                feature_block, g, pos, batch, weight, num_samples=samples, overwrite=True
+            )
+            h = walk.layer(
+                solution_block, h, None, batch, weight, num_samples=samples, overwrite=True, g=g
+            )
         return h if is_query is None else h[is_query]
 
     def _nodes(self, data: Data):

@@ -12,23 +12,17 @@ from meshop.data.batching import (
     latent_nodes,
     node_batch,
     node_set_weights,
+    num_samples,
     query_features,
     query_nodes,
 )
 from meshop.errors import ConfigError
 from meshop.models.base import Operator
 from meshop.nn.blocks.pit_block import PiTBlock
-from meshop.nn.chunked import (
-    AllReduceSum,
-    check_not_split,
-    check_shared,
-    cross_attention,
-    map_over_chunks,
-    mesh_group,
-    replicated,
-)
+from meshop.nn.chunking import Walk
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
+from meshop.nn.splitting import check_shared, mesh_group
 
 
 class PiT(Operator):
@@ -166,40 +160,12 @@ class PiT(Operator):
         for block in [*self.processor, *self.decoder_processor]:
             block.reset_parameters()
 
-    def forward(self, data: Data) -> Tensor:
-        check_not_split("PiT")
-        features = self.features(data)
-        pos, batch = data.pos, node_batch(data)
-        latent_pos, latent_batch = latent_nodes(data)
-        query_pos, query_batch = query_nodes(data)
-        weight, latent_weight, query_weight = (
-            node_set_weights(data) if self.weighted else (None,) * 3
-        )
-        u = F.gelu(self.lift(features))
-        u = F.gelu(
-            self.encoder(u, pos, batch, weight, pos_dst=latent_pos, batch_dst=latent_batch)
-        )  # [N_v, d_v]
-        for block in self.processor:
-            u = block(u, latent_pos, latent_batch, latent_weight)
-        u = self.decoder(
-            u, latent_pos, latent_batch, latent_weight, pos_dst=query_pos, batch_dst=query_batch
-        )  # [N_u, d_v]
-        if self.query_lift is not None:
-            u = u + self.query_lift(query_features(data))
-        u = F.gelu(u)
-        for block in self.decoder_processor:
-            u = block(u, query_pos, query_batch, query_weight)
-        return self.head(u)
+    def compute(self, data: Data, walk: Walk) -> Tensor:
+        """The encoder attends for chunks of latent nodes and lifts only the input nodes their
+        receptive fields hold; the processor attends on the latent mesh, the decoder and head
+        run for chunks of query points. The only state of size N is the input and the output.
 
-    def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
-        """:meth:`forward` with at most about ``chunk_nodes`` nodes' (or edges') intermediate
-        tensors at a time (:mod:`meshop.nn.chunked`). The encoder attends for chunks of latent
-        nodes and lifts only the input nodes their receptive fields hold; the decoder and head
-        run for chunks of query points; processor blocks on node sets larger than a chunk attend
-        for chunks of targets with the sources streamed. The only state of size N is the input
-        and the output; in training every chunk is checkpointed (:mod:`meshop.nn.chunked`).
-
-        Inside :func:`~meshop.nn.chunked.split_mesh` each process holds a part of the input
+        Inside :func:`~meshop.nn.splitting.split_mesh` each process holds a part of the input
         nodes (and its own query points, or none: the outputs at its own nodes) and every
         process the same latent mesh ``latent_pos``: the encoder's softmax sums over each
         process's sources are merged over the processes (its receptive fields, and the latent
@@ -207,69 +173,70 @@ class PiT(Operator):
         decoder run on every process. Refused (:class:`ConfigError`) without a latent mesh, with
         ``decoder_layers`` (attention among the query points of every process) and with
         ``pointwise`` and query points (their nearest input node may be another process's)."""
-        group = mesh_group()
-        if group is not None:
+        if walk.group is not None:
             self._check_split(data)
         features = self.features(data)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
+        query_pos, query_batch = query_nodes(data)
         weight, latent_weight, query_weight = (
             node_set_weights(data) if self.weighted else (None,) * 3
         )
-        if group is not None and latent_weight is not None:
-            # each process's nodes' share summed; weights stored with every part (the whole
-            # mesh's, from the data preparation) come out a constant times larger, which no
-            # attention sees (each normalises its weights per target)
-            latent_weight = AllReduceSum.apply(latent_weight, group)
-
-        def lifted(nodes):
-            return F.gelu(self.lift(features[nodes]))
-
-        u = cross_attention(
-            self.encoder, lifted, pos, batch, weight, latent_pos, latent_batch, chunk_nodes
-        )
-        with replicated():
-            return self._decode_chunked(
-                data, F.gelu(u), latent_pos, latent_batch, latent_weight, query_weight, chunk_nodes
+        if latent_weight is not None:
+            # under split_mesh each process's nodes' share summed; weights stored with every
+            # part (the whole mesh's, from the data preparation) come out a constant times
+            # larger, which no attention sees (each normalises its weights per target)
+            latent_weight = walk.total(latent_weight)
+        samples = num_samples(data)
+        u = walk.layer(
+            self.encoder,
+            lambda nodes: F.gelu(self.lift(features[nodes])),
+            pos,
+            batch,
+            weight,
+            num_samples=samples,
+            pos_dst=latent_pos,
+            batch_dst=latent_batch,
+            then=lambda out, nodes: F.gelu(out),
+        )  # [N_v, d_v]
+        for block in self.processor:
+            u = walk.layer(
+                block, u, latent_pos, latent_batch, latent_weight, num_samples=samples, shared=True
             )
-
-    def _decode_chunked(
-        self, data, u, latent_pos, latent_batch, latent_weight, query_weight, chunk_nodes
-    ) -> Tensor:
-        """The processor on the latent features ``u`` and the decoder to the query points, in
-        chunks (:meth:`forward_chunked`)."""
-        query_pos, query_batch = query_nodes(data)
-        u = _blocks(self.processor, u, latent_pos, latent_batch, latent_weight, chunk_nodes)
         own = query_features(data) if self.query_lift is not None else None
 
-        def decoded(nodes):
-            h = cross_attention(
-                self.decoder,
-                lambda sources: u[sources],
-                latent_pos,
-                latent_batch,
-                latent_weight,
-                query_pos[nodes],
-                query_batch[nodes],
-                chunk_nodes,
-            )
+        def decoded(out, nodes):
             if own is not None:
-                h = h + self.query_lift(own[nodes])
-            return F.gelu(h)
+                out = out + self.query_lift(own[nodes])
+            out = F.gelu(out)
+            return self.head(out) if not len(self.decoder_processor) else out
 
-        n = len(query_pos)
-        if not len(self.decoder_processor):  # each chunk of queries decoded to the outputs
-            return map_over_chunks(lambda nodes: self.head(decoded(nodes)), n, chunk_nodes)
-        h = decoded(slice(0, n))
-        h = _blocks(self.decoder_processor, h, query_pos, query_batch, query_weight, chunk_nodes)
-        return map_over_chunks(lambda nodes: self.head(h[nodes]), n, chunk_nodes)
+        u = walk.layer(
+            self.decoder,
+            u,
+            latent_pos,
+            latent_batch,
+            latent_weight,
+            num_samples=samples,
+            pos_dst=query_pos,
+            batch_dst=query_batch,
+            shared=True,
+            then=decoded,
+        )  # [N_u, d_v], or the outputs
+        if not len(self.decoder_processor):
+            return u
+        for block in self.decoder_processor:
+            u = walk.layer(
+                block, u, query_pos, query_batch, query_weight, num_samples=samples, shared=True
+            )
+        return walk.map(lambda nodes: self.head(u[nodes]), len(u))
 
     def _check_split(self, data: Data) -> None:
         """What :meth:`forward_chunked` cannot split over processes, refused with what to do."""
         if getattr(data, "latent_pos", None) is None:
             raise ConfigError(
                 "PiT under split_mesh needs a latent mesh that every process holds whole: give "
-                "every process's part the same latent_pos (meshop.nn.chunked.split_latent_mesh("
+                "every process's part the same latent_pos (meshop.nn.splitting.split_latent_mesh("
                 "part, 256) samples it from the whole mesh); without it the latent mesh is the "
                 "input mesh, which split_mesh spreads over the processes"
             )
@@ -286,17 +253,6 @@ class PiT(Operator):
                 "node, which split_mesh may have put on another process; split it without "
                 "query_pos (the outputs at each process's own nodes), or evaluate it whole"
             )
-
-
-def _blocks(blocks, u: Tensor, pos: Tensor, batch: Tensor, weight, chunk_nodes: int) -> Tensor:
-    """Processor blocks on a node set: whole when it fits in a chunk, else for chunks of targets
-    (:meth:`~meshop.nn.PiTBlock.forward_chunked`)."""
-    for block in blocks:
-        if len(u) <= chunk_nodes:
-            u = block(u, pos, batch, weight)
-        else:
-            u = block.forward_chunked(u, pos, batch, weight, chunk_nodes)
-    return u
 
 
 def _field(where: str, quantile, k, radius) -> dict:

@@ -10,9 +10,10 @@ from meshop.data.batching import nodes_with_queries, num_samples
 from meshop.errors import ConfigError
 from meshop.models.base import Operator
 from meshop.nn.blocks.transolver_block import TransolverBlock
-from meshop.nn.chunked import map_over_chunks, mesh_weight
+from meshop.nn.chunking import Walk
 from meshop.nn.mlp import MLP
 from meshop.nn.physics_attention import PhysicsAttention
+from meshop.nn.splitting import mesh_weight
 
 
 class Transolver(Operator):
@@ -111,26 +112,16 @@ class Transolver(Operator):
             elif isinstance(module, PhysicsAttention):
                 nn.init.constant_(module.temperature, module.init_temperature)
 
-    def forward(self, data: Data) -> Tensor:
-        features, batch, weight, is_query = self._nodes(data)
-        x = self.preprocess(features)
-        for block in self.blocks:
-            x = block(x, batch, weight)
-        out = self.head(x)
-        return out if is_query is None else out[is_query]
-
-    def forward_chunked(self, data: Data, chunk_nodes: int) -> Tensor:
-        """:meth:`forward` with at most ``chunk_nodes`` nodes' intermediate tensors at a time
-        (:mod:`meshop.nn.chunked`, inference and training): the features ``[N, width]`` are the
-        only state of size N, every block integrates its slice tokens over the chunks before
-        updating them (:meth:`~meshop.nn.TransolverBlock.forward_chunked`)."""
+    def compute(self, data: Data, walk: Walk) -> Tensor:
+        """The features ``[N, width]`` are the only state of size N; every block integrates its
+        slice tokens over the nodes (in chunks: over every chunk) before updating them."""
         features, batch, weight, is_query = self._nodes(data)
         weight = mesh_weight(data, weight)
         samples, n = num_samples(data), len(features)
-        x = map_over_chunks(lambda nodes: self.preprocess(features[nodes]), n, chunk_nodes)
+        x = walk.map(lambda nodes: self.preprocess(features[nodes]), n)
         for block in self.blocks:
-            x = block.forward_chunked(x, batch, weight, samples, chunk_nodes)
-        out = map_over_chunks(lambda nodes: self.head(x[nodes]), n, chunk_nodes)
+            x = walk.layer(block, x, None, batch, weight, num_samples=samples, overwrite=True)
+        out = walk.map(lambda nodes: self.head(x[nodes]), n)
         return out if is_query is None else out[is_query]
 
     def _nodes(self, data: Data):

@@ -56,9 +56,9 @@ class FourierAttention(HeadAttention):
         q, k, v = self._equal_projections(x, pos, b)
         return self._merge_folded(q, weighted_moment(k, v, equal_weight(weight, b, q.shape[1], x)))
 
-    def kernel(self, sums):
-        """The per-sample kernels of chunked evaluation (:meth:`HeadAttention.kernel
-        <meshop.nn.HeadAttention.kernel>`), without dropout: Fourier attention's dropout acts on
+    def finish(self, sums, state=None):
+        """The per-sample kernels of chunked evaluation (:meth:`HeadAttention.finish
+        <meshop.nn.HeadAttention.finish>`), without dropout: Fourier attention's dropout acts on
         the entries of the ``n x n`` kernel, which chunks never build."""
         if self.training and self.dropout > 0:
             raise ConfigError(

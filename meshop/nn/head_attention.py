@@ -16,6 +16,7 @@ from meshop.data.batching import sample_ranges
 from meshop.data.neighbors import equal_sizes
 from meshop.data.weights import default_weight
 from meshop.errors import ConfigError
+from meshop.nn.integral import Integral
 from meshop.nn.interface import check_inputs
 from meshop.nn.quadrature import chunk_weight, equal_weight
 
@@ -52,7 +53,7 @@ class HeadLayerNorm(nn.Module):
         return f"heads={self.heads}, head_channels={self.head_channels}"
 
 
-class HeadAttention(nn.Module):
+class HeadAttention(Integral):
     r"""Multi-head self-attention frame of the Galerkin Transformer layer family.
 
     For every head :math:`h` (:math:`d_k = d / \text{heads}`), with :math:`\mathbf{x}` the node
@@ -248,17 +249,14 @@ class HeadAttention(nn.Module):
         mixed = (kv @ w_out).reshape(b, heads * e, -1)  # [B, heads e, d]
         return torch.baddbmm(self.lin_out.bias, q.reshape(b, m, heads * e), mixed).view(b * m, -1)
 
-    # Chunked evaluation (meshop.nn.chunked): the layer's only sum over the nodes is the e x e
-    # kernel of each head and sample, accumulated over node chunks, then applied chunk by chunk.
+    # The integral protocol (meshop.nn.integral): the layer's only sum over the nodes is the
+    # e x e kernel of each head and sample, accumulated over any chunks, then applied per node.
 
-    def integrate(
-        self, x: Tensor, pos: Tensor, batch: Tensor, weight: Tensor | None, num_samples: int
-    ) -> dict[str, Tensor]:
-        r"""One chunk of nodes' share of the per-sample integrals (``x`` [n, d], ``pos`` [n, m],
-        sorted ``batch`` [n] of global sample indices, ``weight`` [n] or None for equal weights):
+    def partial(self, x, pos, batch, weight, num_samples, state=None, **extra):
+        r"""The sums of these nodes (``x`` [n, d], ``pos`` [n, m], sorted ``batch`` [n] of
+        global sample indices, ``weight`` [n] or None for equal weights) per sample:
         :math:`\sum_j w_j \hat K_j^\top \hat V_j` (``"kv"`` [B, heads, e, e]) and
-        :math:`\sum_j w_j` (``"mass"`` [B]). The chunks' shares add up
-        (:meth:`merge_integrals`)."""
+        :math:`\sum_j w_j` (``"mass"`` [B])."""
         k = self._node_projection("k", self.lin_k, x, pos)  # [heads, n, e]
         v = self._node_projection("v", self.lin_v, x, pos)
         w = chunk_weight(weight, x)
@@ -270,24 +268,20 @@ class HeadAttention(nn.Module):
             sums["mass"][sample] = w_b.sum()
         return sums
 
-    def merge_integrals(self, a: dict[str, Tensor], b: dict[str, Tensor]) -> dict[str, Tensor]:
-        """The integrals of two sets of chunks together: their sum."""
-        return {key: a[key] + b[key] for key in a}
-
-    def kernel(self, sums: dict[str, Tensor]) -> Tensor:
-        """The per-sample kernels ``[B, heads, e, e]`` of :meth:`integrate`'s sums: the weights
-        normalised to a mean over each sample's domain, as in :meth:`forward`; attention dropout
-        on the kernel in training, as in Galerkin attention."""
+    def finish(self, sums, state=None) -> Tensor:
+        """The per-sample kernels ``[B, heads, e, e]``: the weights normalised to a mean over
+        each sample's domain, as in :meth:`forward`; attention dropout on the kernel in training,
+        as in Galerkin attention."""
         mass = sums["mass"].clamp_min(torch.finfo(sums["mass"].dtype).tiny)
         return F.dropout(sums["kv"] / mass[:, None, None, None], self.dropout, self.training)
 
-    def apply_kernel(self, x: Tensor, pos: Tensor, batch: Tensor, kernel: Tensor) -> Tensor:
-        r"""The layer's output ``[n, d]`` at a chunk of nodes from the :meth:`kernel` of every
-        sample: :math:`[\hat Q_h \kappa_h]_h W^O + b^O`."""
+    def apply(self, state, x, pos, batch, **extra) -> Tensor:
+        r"""The output ``[n, d]`` at these nodes from the kernel of every sample ``state``:
+        :math:`[\hat Q_h \kappa_h]_h W^O + b^O`."""
         q = self._query(self._node_projection("q", self.lin_q, x, pos))  # [heads, n, e]
         out = torch.empty_like(q)
-        for sample, nodes in sample_ranges(batch, len(kernel)):
-            out[:, nodes] = q[:, nodes] @ kernel[sample]
+        for sample, nodes in sample_ranges(batch, len(state)):
+            out[:, nodes] = q[:, nodes] @ state[sample]
         return self.lin_out(out.transpose(0, 1).reshape(len(x), -1))
 
     def _query(self, q: Tensor) -> Tensor:

@@ -8,6 +8,7 @@ from torch import Tensor
 
 from meshop.data.batching import sample_ranges
 from meshop.nn.head_attention import HeadAttention
+from meshop.nn.integral import SoftmaxSums
 from meshop.nn.quadrature import chunk_weight, equal_weight, log_weight_mask
 
 
@@ -64,55 +65,34 @@ class LinearAttention(HeadAttention):
         kv = F.dropout(k.softmax(dim=-2).transpose(-2, -1) @ v, self.dropout, self.training)
         return self._merge_folded(self._query(q), kv)
 
-    def integrate(self, x, pos, batch, weight, num_samples):
-        r"""One chunk of nodes' share of the node softmax (see :meth:`HeadAttention.integrate
-        <meshop.nn.HeadAttention.integrate>`): with the chunk's maximum :math:`m` of
-        :math:`\hat K + \log w` per sample, head and feature (``"max"``),
-        :math:`\sum_j w_j e^{\hat K_j - m\,\top} V_j` (``"kv"``) and :math:`\sum_j w_j
-        e^{\hat K_j - m}` (``"mass"`` [B, heads, e])."""
+    def partial(self, x, pos, batch, weight, num_samples, state=None, **extra):
+        r"""The node softmax's sums of these nodes (see :meth:`HeadAttention.partial
+        <meshop.nn.HeadAttention.partial>`) per sample, head and key feature, shifted by their
+        maximum :math:`m` of :math:`\hat K + \log w`: :math:`\sum_j w_j e^{\hat K_j - m\,\top}
+        V_j` (``num`` [B, heads, e, e]) and :math:`\sum_j w_j e^{\hat K_j - m}` (``mass``
+        [B, heads, e])."""
         k = self._node_projection("k", self.lin_k, x, pos)  # [heads, n, e]
         v = self._node_projection("v", self.lin_v, x, pos)
         w = chunk_weight(weight, x)
         logits = k + w.clamp_min(torch.finfo(k.dtype).tiny).log()[None, :, None]
         e = k.shape[-1]
-        sums = {
-            "kv": x.new_zeros(num_samples, self.heads, e, e),
-            "mass": x.new_zeros(num_samples, self.heads, e),
-            "max": x.new_full((num_samples, self.heads, e), -torch.inf),
-        }
+        sums = SoftmaxSums(
+            x.new_zeros(num_samples, self.heads, e, e),
+            x.new_zeros(num_samples, self.heads, e),
+            x.new_full((num_samples, self.heads, e), -torch.inf),
+        )
         for sample, nodes in sample_ranges(batch, num_samples):
             top = logits[:, nodes].amax(1).detach()  # [heads, e]: any shift gives the same sums
             p = torch.exp(logits[:, nodes] - top[:, None, :])  # [heads, n_b, e]
-            sums["kv"][sample] = p.transpose(1, 2) @ v[:, nodes]
-            sums["mass"][sample] = p.sum(1)
-            sums["max"][sample] = top
+            sums.num[sample] = p.transpose(1, 2) @ v[:, nodes]
+            sums.mass[sample] = p.sum(1)
+            sums.max[sample] = top
         return sums
 
-    def merge_integrals(self, a, b):
-        """Two sets of chunks' softmax sums, each rescaled to the larger of their maxima, so that
-        the merge is exact in any chunking."""
-        top = torch.maximum(a["max"], b["max"])
-        scale_a = torch.exp(a["max"] - top).nan_to_num(0.0)  # a sample absent from a: 0
-        scale_b = torch.exp(b["max"] - top).nan_to_num(0.0)
-        return {
-            "kv": a["kv"] * scale_a[..., None] + b["kv"] * scale_b[..., None],
-            "mass": a["mass"] * scale_a + b["mass"] * scale_b,
-            "max": top,
-        }
-
-    def reduce_integrals(self, sums, group):
-        """Every process's softmax sums rescaled to the largest maximum of all, then summed over
-        the processes of :func:`~meshop.nn.chunked.split_mesh` (with gradients:
-        :func:`~meshop.nn.chunked.reduce_softmax_sums`)."""
-        from meshop.nn.chunked import reduce_softmax_sums
-
-        return reduce_softmax_sums(sums, group)
-
-    def kernel(self, sums):
+    def finish(self, sums, state=None):
         """The per-sample kernels ``[B, heads, e, e]``: the node softmax of the keys applied to
         the values; attention dropout on the kernel in training."""
-        kv = sums["kv"] / sums["mass"].clamp_min(torch.finfo(sums["mass"].dtype).tiny)[..., None]
-        return F.dropout(kv, self.dropout, self.training)
+        return F.dropout(sums.quotient(), self.dropout, self.training)
 
     def _query(self, q):
         q = q.softmax(dim=-1)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from meshop.data.neighbors import (
     neighbor_index,
@@ -15,11 +16,16 @@ from meshop.data.neighbors import (
 )
 from meshop.errors import ConfigError
 from meshop.nn.edge_cache import EdgeCache, caching
+from meshop.nn.integral import SoftmaxSums, rows
 from meshop.nn.interface import check_inputs
-from meshop.nn.position_attention import softmax_quotient
 from meshop.nn.position_kernel import PositionKernel
 from meshop.nn.quadrature import log_weight
 from meshop.nn.sparse import SparseAggregate
+
+#: edges one neighbour search of a driver's chunk finds at most (2^24 edges hold 400 MB of
+#: indices and distances)
+SEARCH_EDGES = 2**24
+SUM_KEYS = ("num", "mass", "max")
 
 
 class LocalPositionAttention(PositionKernel):
@@ -48,7 +54,7 @@ class LocalPositionAttention(PositionKernel):
 
     Neighbour lists come from torch-cluster through :func:`meshop.data.neighbor_index`; the softmax
     over each target's neighbours is taken on the :math:`[E, H]` logits, shifted by the target's
-    largest (:meth:`edge_sums`), so memory is :math:`O(N_{dst} k)`, never
+    largest (:meth:`_edge_sums`), so memory is :math:`O(N_{dst} k)`, never
     :math:`N_{dst} \times N_{src}`. The weights
     depend on positions only, so the aggregation is a sparse-dense product per head (CSR, forward
     and backward, :class:`meshop.nn.sparse.SparseAggregate`) and no :math:`[E, C_{out}]` message
@@ -89,6 +95,8 @@ class LocalPositionAttention(PositionKernel):
           (``None``: self-attention) and sorted ``batch_dst`` :math:`(N_{dst})`
         - output: :math:`(N_{dst}, C_{out})`
     """
+
+    searches = True
 
     def __init__(
         self,
@@ -195,9 +203,88 @@ class LocalPositionAttention(PositionKernel):
         if pos_dst is None:
             pos_dst, batch_dst = pos, batch
         index, dist, order = self._edges(pos, pos_dst, batch, batch_dst)
-        return self.attend_edges(x, weight, index, dist, len(pos_dst), order)
+        return self.finish(self._edge_sums(x, weight, index, dist, len(pos_dst), order))
 
-    def attend_edges(
+    def target_chunk(self, chunk_nodes: int, batch: Tensor) -> int:
+        """Targets per :meth:`partial` of a driver: ``chunk_nodes``, or fewer when they would
+        hold more than :data:`SEARCH_EDGES` edges (each torch-cluster search builds a tree over
+        every source: few large searches, not many small ones)."""
+        ((kind, value),) = self.field.items()
+        most = int(torch.bincount(batch).max()) if len(batch) else 1
+        field = {"quantile": value * most + 2, "k": value, "radius": self.max_num_neighbors}[kind]
+        return max(1, min(chunk_nodes, SEARCH_EDGES // max(int(field), 1)))
+
+    def partial(
+        self,
+        x,
+        pos,
+        batch,
+        weight,
+        num_samples,
+        state=None,
+        *,
+        pos_dst,
+        batch_dst,
+        among=None,
+        chunk_nodes=None,
+        **extra,
+    ) -> SoftmaxSums:
+        """The softmax sums (:class:`~meshop.nn.integral.SoftmaxSums` ``[N_dst, H, C_h]``) of
+        the targets ``pos_dst`` over the sources of their receptive fields, whose features ``x``
+        may be a function of their rows: only the sources that some field holds are read. The
+        fields are searched once for all these targets (without the neighbour cache); the edges
+        are then attended in blocks of about ``4 * chunk_nodes`` edges, each checkpointed under
+        autograd. ``among``: ``(pos, batch, mine)``, the coordinates of a larger source set to
+        search the fields in (every process's part of a split mesh) and where this layer's
+        sources are among them; the sums are then over this layer's sources of the fields."""
+        search_pos, search_batch = (pos, batch) if among is None else among[:2]
+        with torch.no_grad():  # the fields: found once, outside the recomputed part
+            index, dist = self.neighbors(
+                search_pos, pos_dst, search_batch, batch_dst, use_cache=False
+            )
+            if among is not None:  # this layer's sources, in their own rows (order kept)
+                local = torch.full((len(search_pos),), -1, dtype=torch.long, device=pos.device)
+                local[among[2]] = torch.arange(len(among[2]), device=pos.device)
+                source_row = local[index[1]]
+                own = source_row >= 0
+                index, dist = torch.stack([index[0][own], source_row[own]]), dist[own]
+        num_dst = len(pos_dst)
+        field = max(1, len(dist) // max(num_dst, 1))
+        block = num_dst if chunk_nodes is None else max(1, 4 * chunk_nodes // field)
+        bounds = torch.searchsorted(
+            index[0].contiguous(), torch.arange(num_dst + 1, device=index.device)
+        ).tolist()
+        parts = []
+        for start in range(0, num_dst, block):
+            stop = min(start + block, num_dst)
+            lo, hi = bounds[start], bounds[stop]
+            edges = index[:, lo:hi] - index.new_tensor([[start], [0]])
+            parts.append(self._block_sums(x, pos, weight, pos_dst[start:stop], edges, dist[lo:hi]))
+        if not parts:
+            empty = pos_dst.new_zeros(0, self.heads)
+            return SoftmaxSums(pos_dst.new_zeros(0, self.heads, self.head_channels), empty, empty)
+        return SoftmaxSums(*(torch.cat([getattr(p, key) for p in parts]) for key in SUM_KEYS))
+
+    def _block_sums(self, x, pos, weight, pos_dst, index, dist) -> SoftmaxSums:
+        """The sums of a block of targets over their edges ``index`` (row 0 a target of the
+        block, row 1 a source), reading only the sources they hold; checkpointed under autograd
+        (positions that require gradients get their distances recomputed, so that the gradient
+        reaches them)."""
+        with torch.no_grad():
+            sources, local = torch.unique(index[1], return_inverse=True)
+            edges = torch.stack([index[0], local])  # still sorted by target, then source
+        if torch.is_grad_enabled() and (pos.requires_grad or pos_dst.requires_grad):
+            dist = squared_distance(pos, pos_dst, torch.stack([edges[0], index[1]]))
+
+        def block_sums(dist):
+            w = None if weight is None else weight[sources]
+            return tuple(self._edge_sums(rows(x, sources), w, edges, dist, len(pos_dst)))
+
+        if torch.is_grad_enabled():
+            return SoftmaxSums(*checkpoint(block_sums, dist, use_reentrant=False))
+        return SoftmaxSums(*block_sums(dist))
+
+    def _edge_sums(
         self,
         x: Tensor,
         weight: Tensor | None,
@@ -205,33 +292,15 @@ class LocalPositionAttention(PositionKernel):
         dist: Tensor,
         num_dst: int,
         order: Tensor | None = None,
-    ) -> Tensor:
-        """Eq. (10) on given receptive fields: ``index`` [2, E] (row 0 target, row 1 a row of
-        ``x``) sorted by target, then source, with the squared distances ``dist`` [E] of
+    ) -> SoftmaxSums:
+        r"""The softmax sums of eq. (10) over the edges ``index`` [2, E] (row 0 target, row 1 a
+        row of ``x``) sorted by target, then source, with the squared distances ``dist`` [E] of
         :meth:`neighbors`; ``x`` [N_src, C_in] and ``weight`` [N_src] may be any subset of the
-        sources that holds every source of the edges (chunked inference gathers just those);
-        ``order`` sorts the edges by source for the backward (None: sorted there). Returns
-        ``[num_dst, C_out]``: the quotient of :meth:`edge_sums` (zeros for a target without
-        edges)."""
-        sums = self.edge_sums(x, weight, index, dist, num_dst, order)
-        return softmax_quotient(sums).view(num_dst, self.out_channels)
-
-    def edge_sums(
-        self,
-        x: Tensor,
-        weight: Tensor | None,
-        index: Tensor,
-        dist: Tensor,
-        num_dst: int,
-        order: Tensor | None = None,
-    ) -> dict[str, Tensor]:
-        r"""The softmax sums of eq. (10) over the given edges (arguments of
-        :meth:`attend_edges`), shifted by each target's largest logit :math:`m_i` per head:
-        :math:`\sum_k w_k e^{s_{ik} - m_i} (U W^h)_k` (``"num"`` [num_dst, H, C_h]),
-        :math:`\sum_k w_k e^{s_{ik} - m_i}` (``"mass"`` [num_dst, H]) and :math:`m_i`
-        (``"max"`` [num_dst, H], detached; -inf for a target without edges). The sums over
-        disjoint parts of a receptive field (a mesh split across processes) merge exactly
-        (:func:`meshop.nn.chunked.reduce_softmax_sums`)."""
+        sources that holds every source of the edges; ``order`` sorts the edges by source for
+        the backward (None: sorted there). Shifted by each target's largest logit :math:`m_i`
+        per head: :math:`\sum_k w_k e^{s_{ik} - m_i} (U W^h)_k` ``[num_dst, H, C_h]``,
+        :math:`\sum_k w_k e^{s_{ik} - m_i}` and :math:`m_i` ``[num_dst, H]`` (-inf for a
+        target without edges)."""
         v = self.lin_v(x).view(-1, self.heads, self.head_channels)  # [N_src, H, C_h]
         logits = -dist[:, None] * self.lam[None, :]  # [E, H]
         log_w = log_weight(weight, x)
@@ -244,7 +313,7 @@ class LocalPositionAttention(PositionKernel):
         dtype = torch.promote_types(p.dtype, v.dtype)
         num = SparseAggregate.apply(p.to(dtype), v.to(dtype), index, num_dst, order)
         mass = p.new_zeros(num_dst, self.heads).index_add(0, index[0], p)
-        return {"num": num, "mass": mass, "max": top}
+        return SoftmaxSums(num, mass, top)
 
     def __repr__(self) -> str:
         field = ", ".join(f"{name}={value}" for name, value in self.field.items())

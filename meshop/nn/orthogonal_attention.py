@@ -10,7 +10,7 @@ from meshop._pyg import to_dense_batch
 from meshop.data.batching import sample_ranges
 from meshop.data.neighbors import equal_sizes
 from meshop.errors import ConfigError
-from meshop.nn.chunked import mesh_group
+from meshop.nn.integral import Integral, split_group
 from meshop.nn.interface import check_inputs
 from meshop.nn.quadrature import (
     chunk_weight,
@@ -23,7 +23,7 @@ INNER_PRODUCTS = ("mean", "sum")
 ORTHONORMALIZATIONS = ("sample", "batch")
 
 
-class OrthogonalAttention(nn.Module):
+class OrthogonalAttention(Integral):
     r"""Orthogonal attention of ONO (Xiao et al.), from a source node set to a target node set.
 
     Eigenfunction features come from a separate feature stream :math:`g` (ONO eq. (4)):
@@ -101,6 +101,9 @@ class OrthogonalAttention(nn.Module):
           has no source nodes gets zeros.
         - output: ``[N_dst, d]`` (``N_dst = N`` for self-attention).
     """
+
+    #: the moments' factors first, then the inner products that need them
+    passes = 2
 
     def __init__(
         self,
@@ -315,37 +318,53 @@ class OrthogonalAttention(nn.Module):
                 )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    # Chunked evaluation (meshop.nn.chunked), in the order of the unchunked sample path: the
-    # moments C_b over all chunks, their Cholesky factors, the coefficients <psi, h> over all
-    # chunks, then psi diag(mu) <psi, h> chunk by chunk. Evaluation only.
+    # The integral protocol (meshop.nn.integral), in the order of the unchunked sample path: two
+    # passes, the moments C_b (then their Cholesky factors), then the coefficients <psi, h>
+    # (which need the factors), then psi diag(mu) <psi, h> per node.
 
-    def moments(
-        self, g: Tensor, batch: Tensor, weight: Tensor | None, num_samples: int
-    ) -> dict[str, Tensor]:
-        r"""One chunk of nodes' share (features ``g`` [n, d'], sorted ``batch`` [n] of global
-        sample indices, ``weight`` [n] or None) of the per-sample sums (float64)
-        :math:`\sum_i w_i q_i q_i^\top` (``"qq"``), :math:`\sum_i w_i` (``"mass"``), the number
-        of positive weights (``"count"``) and of nodes (``"nodes"``); the shares add up."""
-        q = self.lin_q(g).to(torch.float64)
+    def partial(self, x, pos, batch, weight, num_samples, state=None, *, g, **extra):
+        r"""The sums of these nodes (solution features ``x`` [n, d], eigenfunction features
+        ``g`` [n, d'], sorted ``batch`` [n] of global sample indices, ``weight`` [n] or None),
+        per sample. First pass (``state`` None), in float64: :math:`\sum_i w_i q_i q_i^\top`
+        (``"qq"``), :math:`\sum_i w_i` (``"mass"``), the number of positive weights
+        (``"count"``) and of nodes (``"nodes"``). Second pass (``state`` the first pass's
+        :meth:`finish`): the inner products :math:`\langle \psi, h \rangle_b = \sum_{i \in b}
+        \bar w_i \psi_i h_i^\top` ``[B, k, d]``."""
+        if state is None:
+            q = self.lin_q(g).to(torch.float64)
+            w = chunk_weight(weight, g, torch.float64)
+            sums = {
+                "qq": q.new_zeros(num_samples, self.k, self.k),
+                "mass": q.new_zeros(num_samples),
+                "count": q.new_zeros(num_samples),
+                "nodes": q.new_zeros(num_samples),
+            }
+            for sample, nodes in sample_ranges(batch, num_samples):
+                sums["qq"][sample] = (q[nodes] * w[nodes, None]).T @ q[nodes]
+                sums["mass"][sample] = w[nodes].sum()
+                sums["count"][sample] = (w[nodes] > 0).sum()
+                sums["nodes"][sample] = nodes.stop - nodes.start
+            return sums
+        factors, moments = state
+        dtype = torch.promote_types(x.dtype, torch.float32)
         w = chunk_weight(weight, g, torch.float64)
-        sums = {
-            "qq": q.new_zeros(num_samples, self.k, self.k),
-            "mass": q.new_zeros(num_samples),
-            "count": q.new_zeros(num_samples),
-            "nodes": q.new_zeros(num_samples),
-        }
-        for sample, nodes in sample_ranges(batch, num_samples):
-            sums["qq"][sample] = (q[nodes] * w[nodes, None]).T @ q[nodes]
-            sums["mass"][sample] = w[nodes].sum()
-            sums["count"][sample] = (w[nodes] > 0).sum()
-            sums["nodes"][sample] = nodes.stop - nodes.start
-        return sums
+        inner = x.new_zeros(len(factors), self.k, x.shape[1], dtype=dtype)
+        for sample, nodes in sample_ranges(batch, len(factors)):
+            psi = self._chunk_eigenfunctions(g[nodes], factors[sample], dtype)
+            w_bar = (w[nodes] / moments["mass"][sample]).to(dtype)
+            inner[sample] = (psi * w_bar[:, None]).T @ x[nodes].to(dtype)
+        return inner
 
-    def factors(self, sums: dict[str, Tensor]) -> Tensor:
-        """The Cholesky factors ``[B, k, k]`` (float64) of :meth:`moments`' per-sample moments
-        (``"sample"``), or one factor for every sample (``"batch"``: the batch moment, which
-        training also folds into the running moment as :meth:`forward` does, or the running
-        moment in evaluation)."""
+    def finish(self, sums, state=None):
+        """First pass: ``(factors, moments)``, the Cholesky factors ``[B, k, k]`` (float64) of
+        the per-sample moments (``"sample"``), or one factor for every sample (``"batch"``: the
+        batch moment, which training also folds into the running moment as :meth:`forward`
+        does, or the running moment in evaluation). Second pass: ``(factors, coefficients)``,
+        :math:`\\mathrm{diag}(\\mu) \\langle \\psi, h \rangle W_V^\top` ``[B, k, d]``."""
+        if state is not None:
+            factors, moments = state
+            count = moments["count"] if self.inner_product == "sum" else None
+            return factors, self._coefficients(sums, count)
         mass = sums["mass"].clamp_min(torch.finfo(torch.float64).tiny)
         moments = sums["qq"] / mass[:, None, None]
         present = sums["nodes"] > 0
@@ -355,40 +374,15 @@ class OrthogonalAttention(nn.Module):
                 self._update_running_moment(moment.detach())
             else:
                 moment = self.running_moment.to(torch.float64)
-            return _cholesky_with_jitter(moment).expand(len(moments), -1, -1)
+            return _cholesky_with_jitter(moment).expand(len(moments), -1, -1), sums
         _check_enough_nodes(sums["count"], self.k, present)
         eye = torch.eye(self.k, dtype=moments.dtype, device=moments.device)
-        return _cholesky_with_jitter(torch.where(present[:, None, None], moments, eye))
+        return _cholesky_with_jitter(torch.where(present[:, None, None], moments, eye)), sums
 
-    def project(
-        self,
-        h: Tensor,
-        g: Tensor,
-        batch: Tensor,
-        weight: Tensor | None,
-        factors: Tensor,
-        sums: dict[str, Tensor],
-    ) -> Tensor:
-        r"""One chunk of nodes' share of the inner products :math:`\langle \psi, h \rangle_b =
-        \sum_{i \in b} \bar w_i \psi_i h_i^\top` ``[B, k, d]``; ``factors`` and ``sums`` from
-        :meth:`factors` and :meth:`moments`; the shares add up."""
-        dtype = torch.promote_types(h.dtype, torch.float32)
-        w = chunk_weight(weight, g, torch.float64)
-        inner = h.new_zeros(len(factors), self.k, h.shape[1], dtype=dtype)
-        for sample, nodes in sample_ranges(batch, len(factors)):
-            psi = self._chunk_eigenfunctions(g[nodes], factors[sample], dtype)
-            w_bar = (w[nodes] / sums["mass"][sample]).to(dtype)
-            inner[sample] = (psi * w_bar[:, None]).T @ h[nodes].to(dtype)
-        return inner
-
-    def coefficients(self, inner: Tensor, sums: dict[str, Tensor]) -> Tensor:
-        r""":math:`\mathrm{diag}(\mu) \langle \psi, h \rangle W_V^\top` ``[B, k, d]`` from
-        :meth:`project`'s inner products."""
-        return self._coefficients(inner, sums["count"] if self.inner_product == "sum" else None)
-
-    def expand(self, g: Tensor, batch: Tensor, factors: Tensor, coefficients: Tensor) -> Tensor:
+    def apply(self, state, x, pos, batch, *, g, **extra) -> Tensor:
         r"""The output :math:`\psi(Y) \mathrm{diag}(\mu) \langle \psi, h \rangle` ``[n, d]``
-        at a chunk of nodes with features ``g``."""
+        at these nodes, with eigenfunction features ``g``."""
+        factors, coefficients = state
         out = coefficients.new_empty(len(g), coefficients.shape[-1])
         for sample, nodes in sample_ranges(batch, len(coefficients)):
             psi = self._chunk_eigenfunctions(g[nodes], factors[sample], coefficients.dtype)
@@ -494,10 +488,10 @@ def _cholesky_with_jitter(moment: Tensor, tries: int = 10) -> Tensor:
 
 def _distributed() -> bool:
     """Whether the batch moment is summed over processes that hold other samples (data
-    parallelism); under :func:`~meshop.nn.chunked.split_mesh` the processes hold parts of the same
-    samples, whose moments are already summed."""
+    parallelism); under :func:`~meshop.nn.splitting.split_mesh` the processes hold parts of the
+    same samples, whose moments are already summed."""
     dist = torch.distributed
-    if mesh_group() is not None:
+    if split_group() is not None:
         return False
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 

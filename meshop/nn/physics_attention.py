@@ -10,11 +10,12 @@ from torch import Tensor, nn
 
 from meshop.data.batching import sample_ranges
 from meshop.errors import ConfigError
+from meshop.nn.integral import Integral
 from meshop.nn.interface import check_inputs
 from meshop.nn.quadrature import chunk_weight
 
 
-class PhysicsAttention(nn.Module):
+class PhysicsAttention(Integral):
     r"""Transolver's physics-attention (Transolver Sec. 3.1, eqs. (1)-(4)), linear in the nodes.
 
     For every head :math:`h` (head width :math:`D`) and every sample, with node features
@@ -213,16 +214,14 @@ class PhysicsAttention(nn.Module):
             tokens.append((s_t @ wfx_b) / mass.clamp_min(_tiny(mass))[..., None])
         return s, torch.stack(tokens)
 
-    # Chunked evaluation (meshop.nn.chunked): eq. (2)'s integrals accumulated over node chunks,
-    # eq. (3) once per sample, eqs. (1) and (4) again chunk by chunk.
+    # The integral protocol (meshop.nn.integral): eq. (2)'s integrals accumulated over any
+    # chunks, eq. (3) once per sample, eqs. (1) and (4) per node.
 
-    def integrate(
-        self, x: Tensor, batch: Tensor, weight: Tensor | None, num_samples: int
-    ) -> tuple[Tensor, Tensor]:
-        r"""One chunk of nodes' share (``x`` [n, C], sorted ``batch`` [n] of global sample
-        indices, ``weight`` [n] or None for equal weights) of the integrals of eq. (2):
+    def partial(self, x, pos, batch, weight, num_samples, state=None, **extra):
+        r"""The integrals of eq. (2) over these nodes (``x`` [n, C], sorted ``batch`` [n] of
+        global sample indices, ``weight`` [n] or None for equal weights):
         :math:`\sum_i w_i s_{ij} (W_f x_i)_h` ``[B, H, M, D]`` and the slice measures
-        :math:`\sum_i w_i s_{ij}` ``[B, H, M]``; the chunks' shares add up."""
+        :math:`\sum_i w_i s_{ij}` ``[B, H, M]``."""
         s = self._slice_weights(x)  # [H, n, M]
         fx = self.lin_fx(x).view(len(x), self.heads, self.head_channels).transpose(0, 1)
         w = chunk_weight(weight, x, fx.dtype)
@@ -234,19 +233,18 @@ class PhysicsAttention(nn.Module):
             mass[sample] = s_t @ w[nodes]
         return features, mass
 
-    def attend_tokens(self, sums: tuple[Tensor, Tensor]) -> Tensor:
-        """Eqs. (2)-(3) from :meth:`integrate`'s sums: the attended slice tokens
-        ``[B, H, M, D]``."""
+    def finish(self, sums, state=None) -> Tensor:
+        """Eqs. (2)-(3) from the merged sums: the attended slice tokens ``[B, H, M, D]``."""
         features, mass = sums
         return self._attend(features / mass.clamp_min(_tiny(mass))[..., None])
 
-    def deslice(self, x: Tensor, batch: Tensor, tokens: Tensor) -> Tensor:
-        """Eqs. (1) and (4): the layer's output ``[n, C]`` at a chunk of nodes from the attended
-        tokens of every sample (:meth:`attend_tokens`)."""
+    def apply(self, state, x, pos, batch, **extra) -> Tensor:
+        """Eqs. (1) and (4): the output ``[n, C]`` at these nodes from the attended tokens of
+        every sample ``state``."""
         s = self._slice_weights(x)  # [H, n, M]
         out = x.new_empty(self.heads, len(x), self.head_channels)
-        for sample, nodes in sample_ranges(batch, len(tokens)):
-            out[:, nodes] = s[:, nodes] @ tokens[sample]
+        for sample, nodes in sample_ranges(batch, len(state)):
+            out[:, nodes] = s[:, nodes] @ state[sample]
         return self.lin_out(out.transpose(0, 1).reshape(len(x), -1))
 
     def __repr__(self) -> str:

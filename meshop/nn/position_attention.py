@@ -1,14 +1,8 @@
-"""Global and cross position-attention (PiT eqs. (5), (6), (9); multi-head App. C.2).
-
-The shared base :class:`~meshop.nn.position_kernel.PositionKernel` lives in
-:mod:`meshop.nn.position_kernel`, the log-weights in :mod:`meshop.nn.quadrature` and the periodic
-distance in :mod:`meshop.data.neighbors`; their names are re-exported here for imports of this
-module's former contents.
-"""
+"""Global and cross position-attention (PiT eqs. (5), (6), (9); multi-head App. C.2)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -16,8 +10,9 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from meshop.data.neighbors import box_lengths, equal_sizes, minimum_image, sample_slices
+from meshop.nn.integral import SoftmaxSums, rows
 from meshop.nn.interface import check_inputs
-from meshop.nn.position_kernel import LAMBDA_PARAMS, PositionKernel, positive_lambda
+from meshop.nn.position_kernel import PositionKernel
 from meshop.nn.quadrature import add_log_weight, log_weight
 
 
@@ -234,52 +229,28 @@ class PositionAttention(PositionKernel):
             out[start : start + chunk] = torch.matmul(attn.to(v.dtype), v).transpose(0, 1)
         return out
 
-    def attend_streamed(
-        self,
-        source: Callable[[slice], Tensor],
-        pos: Tensor,
-        batch: Tensor,
-        weight: Tensor | None,
-        pos_dst: Tensor,
-        batch_dst: Tensor,
-    ) -> Tensor:
-        r"""The layer's output at ``pos_dst`` [N_dst, D] (sorted ``batch_dst``) with the sources
-        streamed: ``source(range)`` returns the features ``[n, C_in]`` of a range of the source
-        nodes (``pos``, sorted ``batch``, ``weight`` or None), so no more than a block of
-        sources' values exists at a time: the quotient (:func:`softmax_quotient`) of
-        :meth:`streamed_sums`, the same formula as :meth:`forward`, exact in any blocking.
-        Chunked evaluation (:mod:`meshop.nn.chunked`) calls it with chunks of targets."""
-        sums = self.streamed_sums(source, pos, batch, weight, pos_dst, batch_dst)
-        return softmax_quotient(sums).view(len(pos_dst), self.out_channels)
-
-    def streamed_sums(
-        self,
-        source: Callable[[slice], Tensor],
-        pos: Tensor,
-        batch: Tensor,
-        weight: Tensor | None,
-        pos_dst: Tensor,
-        batch_dst: Tensor,
-    ) -> dict[str, Tensor]:
-        r"""Each target's softmax sums over the sources (arguments of :meth:`attend_streamed`),
-        accumulated block by block with a running maximum :math:`m_i` per head:
-        :math:`\sum_k w_k e^{s_{ik} - m_i} v_k` (``"num"`` [N_dst, H, C_h]), :math:`\sum_k w_k
-        e^{s_{ik} - m_i}` (``"mass"`` [N_dst, H]) and :math:`m_i` (``"max"`` [N_dst, H],
-        detached; -inf for a target without sources), both sums rescaled when :math:`m_i` grows.
-        Sums of disjoint sets of sources merge exactly in the same way (a mesh split across
-        processes: :func:`meshop.nn.chunked.reduce_softmax_sums`). The distances are computed
-        directly (minimum-image when periodic), at most ``4 * chunk_elements`` per block; under
-        autograd every block is checkpointed, so that a training step keeps one block's
-        ``[H, N_dst, n]`` tensors, not every block's."""
+    def partial(
+        self, x, pos, batch, weight, num_samples, state=None, *, pos_dst, batch_dst, **extra
+    ) -> SoftmaxSums:
+        r"""Every target's softmax sums over the sources (:mod:`meshop.nn.integral`): the
+        targets ``pos_dst`` [N_dst, D] (sorted ``batch_dst``) read the sources ``pos``
+        (sorted ``batch``, ``weight`` or None) of their sample, whose features ``x`` may be a
+        function of their rows (:func:`~meshop.nn.integral.rows`), so that no more than a block
+        of sources' values exists at a time: :math:`\sum_k w_k e^{s_{ik} - m_i} v_k` ``num``
+        ``[N_dst, H, C_h]``, :math:`\sum_k w_k e^{s_{ik} - m_i}` ``mass`` and the running
+        maximum :math:`m_i` ``max`` ``[N_dst, H]``, the same formula as :meth:`forward`,
+        exact in any blocking. The distances are computed directly (minimum-image when
+        periodic), at most ``4 * chunk_elements`` per block; under autograd every block is
+        checkpointed, so that a training step keeps one block's ``[H, N_dst, n]`` tensors."""
         lam = self.lam
         log_w = log_weight(weight, pos)
         box = None if self.periodic is None else box_lengths(self.periodic, pos.shape[1], pos)
         n_all = len(pos_dst)
-        sums = {
-            "num": pos_dst.new_zeros(n_all, self.heads, self.head_channels),
-            "mass": pos_dst.new_zeros(n_all, self.heads),
-            "max": pos_dst.new_full((n_all, self.heads), -torch.inf),
-        }
+        sums = SoftmaxSums(
+            pos_dst.new_zeros(n_all, self.heads, self.head_channels),
+            pos_dst.new_zeros(n_all, self.heads),
+            pos_dst.new_full((n_all, self.heads), -torch.inf),
+        )
         for src, dst in sample_slices(batch, batch_dst):
             n_dst = dst.stop - dst.start
             if n_dst == 0 or src.stop == src.start:
@@ -287,9 +258,8 @@ class PositionAttention(PositionKernel):
             step = max(1, 4 * self.chunk_elements // (n_dst * self.heads))
 
             def block_sums(block, dst=dst):
-                """One block of sources' softmax sums, shifted by their own maximum ``top``
-                (detached: any shift gives the same quotient): ``(sum p v, sum p, top)``."""
-                v = self.lin_v(source(block)).view(-1, self.heads, self.head_channels)
+                """One block of sources' softmax sums ``[H, n_dst, ...]``."""
+                v = self.lin_v(rows(x, block)).view(-1, self.heads, self.head_channels)
                 delta = pos_dst[dst, None] - pos[None, block]  # [n_dst, n, D]
                 if box is not None:
                     delta = minimum_image(delta, box)
@@ -298,26 +268,19 @@ class PositionAttention(PositionKernel):
                     logits = logits + log_w[block]
                 top = logits.amax(-1).detach()
                 p = torch.exp(logits - top[..., None])
-                return p.to(v.dtype) @ v.transpose(0, 1), p.sum(-1), top  # [H, n_dst, C_h]
+                return p.to(v.dtype) @ v.transpose(0, 1), p.sum(-1), top
 
-            num = den = top = None
+            total = None
             for start in range(src.start, src.stop, step):
                 block = slice(start, min(start + step, src.stop))
                 if torch.is_grad_enabled():  # the block's [H, n_dst, n] tensors recomputed
-                    part, mass, block_top = checkpoint(block_sums, block, use_reentrant=False)
+                    part = SoftmaxSums(*checkpoint(block_sums, block, use_reentrant=False))
                 else:
-                    part, mass, block_top = block_sums(block)
-                if num is None:
-                    num, den, top = part, mass, block_top
-                    continue
-                new_top = torch.maximum(top, block_top)
-                old, new = torch.exp(top - new_top), torch.exp(block_top - new_top)
-                num = num * old[..., None].to(num.dtype) + part * new[..., None].to(num.dtype)
-                den = den * old + mass * new
-                top = new_top
-            sums["num"][dst] = num.transpose(0, 1).to(pos_dst.dtype)
-            sums["mass"][dst] = den.t().to(pos_dst.dtype)
-            sums["max"][dst] = top.t().to(pos_dst.dtype)
+                    part = SoftmaxSums(*block_sums(block))
+                total = part if total is None else total.merge(part)
+            sums.num[dst] = total.num.transpose(0, 1).to(pos_dst.dtype)
+            sums.mass[dst] = total.mass.t().to(pos_dst.dtype)
+            sums.max[dst] = total.max.t().to(pos_dst.dtype)
         return sums
 
     def __repr__(self) -> str:
@@ -328,21 +291,4 @@ class PositionAttention(PositionKernel):
         )
 
 
-def softmax_quotient(sums: dict[str, Tensor]) -> Tensor:
-    r"""A softmax attention from its sums (:meth:`PositionAttention.streamed_sums`,
-    :meth:`~meshop.nn.LocalPositionAttention.edge_sums`): ``num / mass`` per target and head
-    ``[N_dst, H, C_h]``, zeros where a target has no source (its mass is 0)."""
-    mass = sums["mass"].clamp_min(torch.finfo(sums["mass"].dtype).tiny)
-    return sums["num"] / mass[..., None].to(sums["num"].dtype)
-
-
-__all__ = [
-    "LAMBDA_PARAMS",
-    "PositionAttention",
-    "PositionKernel",
-    "box_lengths",
-    "log_weight",
-    "minimum_image",
-    "positive_lambda",
-    "softmax_quotient",
-]
+__all__ = ["PositionAttention"]

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from meshop.errors import ConfigError
+from meshop.nn.integral import Integral, SoftmaxSums
 
 #: ways to keep each head's lambda positive (PiT App. C.1), see :func:`positive_lambda`
 LAMBDA_PARAMS = ("tan", "softplus", "square")
@@ -73,10 +74,15 @@ def check_periodic(periodic) -> float | tuple[float | None, ...] | None:
     return tuple(None if length is None else float(length) for length in periodic)
 
 
-class PositionKernel(nn.Module):
+class PositionKernel(Integral):
     r"""What every position-attention layer shares: the value projection :math:`W^V` (no bias,
     ``heads`` blocks of ``out_channels / heads``), one bandwidth :math:`\lambda^h > 0` per head
-    kept positive by ``lambda_param``, and the optional periodic box."""
+    kept positive by ``lambda_param``, the optional periodic box, and the end of the integral
+    protocol (:mod:`meshop.nn.integral`): its sums are per target (softmax sums,
+    :class:`~meshop.nn.integral.SoftmaxSums` ``[N_dst, H, C_h]``), so the drivers cut the
+    targets into chunks and each chunk's :meth:`partial` reads every source."""
+
+    cuts = "targets"
 
     def __init__(
         self,
@@ -109,6 +115,19 @@ class PositionKernel(nn.Module):
     def lam(self) -> Tensor:
         """The positive bandwidth of each head, [H]."""
         return positive_lambda(self.theta, self.lambda_param)
+
+    def target_chunk(self, chunk_nodes: int, batch: Tensor) -> int:
+        """How many targets a driver gives one :meth:`partial` (``chunk_nodes``)."""
+        return chunk_nodes
+
+    def finish(self, sums: SoftmaxSums, state=None) -> Tensor:
+        """The attention at every target of the sums, ``[N_dst, C_out]`` (zeros for a target
+        without sources)."""
+        return sums.quotient().reshape(len(sums.num), self.out_channels)
+
+    def apply(self, state, x, pos, batch, **extra) -> Tensor:
+        """:meth:`finish` is already the output at the targets."""
+        return state
 
 
 __all__ = [

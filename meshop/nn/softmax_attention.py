@@ -38,7 +38,7 @@ class SoftmaxAttention(HeadAttention):
         p = self.dropout if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
 
-    def integrate(self, x, pos, batch, weight, num_samples):
+    def partial(self, x, pos, batch, weight, num_samples, state=None, **extra):
         """Softmax attention has no kernel independent of the query node (its cost is quadratic
         in the nodes), so it cannot be evaluated in chunks of nodes."""
         raise ConfigError(

@@ -62,7 +62,7 @@ class TrainConfig:
             we measured no gain for ONO (264 ms per step either way, width 64, 4 layers, batch 8
             of 256 nodes, one thread), so it is off by default.
         chunk_nodes: evaluate the model (training steps and test errors) in chunks of this many
-            nodes (:mod:`meshop.nn.chunked`): the same outputs and gradients, with memory bounded
+            nodes (:mod:`meshop.nn.chunking`): the same outputs and gradients, with memory bounded
             by the chunk, for samples of millions of nodes. None: only batches of more than
             131,072 nodes are chunked (65,536 nodes a chunk); 0: never.
         node_fraction: train every step on a random subset of this fraction of each sample's

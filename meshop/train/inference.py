@@ -37,15 +37,11 @@ from meshop.errors import (
     MeshReadError,
 )
 from meshop.models import ONO, GalerkinTransformer, Transolver
-from meshop.nn.chunked import (
-    available_memory,
-    default_chunk_nodes,
-    predict_in_chunks,
-    total_nodes,
-)
+from meshop.nn.chunking import Walk
 from meshop.train.checkpoint import load, load_model
 from meshop.train.config import from_dict
 from meshop.train.data import LatentMesh, check_compatible, field_layout_of
+from meshop.train.memory import available_memory, chunked, default_chunk_nodes, total_nodes
 from meshop.train.normalized import NormalizedModel
 
 #: bytes per node of ``meshop predict`` besides the model: the mesh as meshio reads it (float64
@@ -106,7 +102,7 @@ def memory_estimate(
 ) -> MemoryEstimate:
     """The memory :func:`predict_file` needs on a mesh of ``num_nodes`` nodes (input nodes plus
     query points), above what the process holds before (torch, the model), in chunks of
-    ``chunk_nodes`` nodes (None: the default of :func:`~meshop.nn.chunked.predict_in_chunks`;
+    ``chunk_nodes`` nodes (None: the default of :func:`predict_in_chunks`;
     0: unchunked).
 
     Per node, :data:`FILE_BYTES_PER_NODE` for the file and the domain and :data:`STATE_TENSORS`
@@ -150,7 +146,7 @@ def check_memory(
     what: str = "the mesh",
 ) -> MemoryEstimate:
     """:func:`memory_estimate`, checked against the free memory
-    (:func:`~meshop.nn.chunked.available_memory`; not checked where unknown).
+    (:func:`~meshop.train.memory.available_memory`; not checked where unknown).
 
     Raises:
         ConfigError: it does not fit; the message says how much is needed, by part, and which
@@ -179,6 +175,26 @@ def check_memory(
 
 
 @torch.no_grad()
+def predict_in_chunks(model: torch.nn.Module, data: Data, chunk_nodes: int | None = None):
+    """``model(data)``, walked in chunks of ``chunk_nodes`` nodes (:mod:`meshop.nn.chunking`;
+    :func:`~meshop.train.memory.default_chunk_nodes` when None, which leaves small meshes
+    unchunked; 0 never chunks), in evaluation mode (the model is left in the mode it was given
+    in), without autograd."""
+    if chunk_nodes is None:
+        chunk_nodes = default_chunk_nodes(total_nodes(data))
+    elif chunk_nodes == 0:
+        chunk_nodes = None
+    was_training = model.training
+    model.eval()
+    try:
+        if chunk_nodes is None:
+            return model(data)
+        return chunked(model, Walk(chunk_nodes))(data)
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
 def predict(
     model: torch.nn.Module, ckpt: dict[str, Any], data: Data, chunk_nodes: int | None = None
 ) -> torch.Tensor:
@@ -187,8 +203,8 @@ def predict(
     The domain gets the latent mesh the model was trained with; its fields are checked against
     the training data's (dimension, input channels, parameters) first. The model predicts in
     evaluation mode (no dropout; running statistics read, not updated) and is left in the mode it
-    was given in. Meshes of more than :data:`~meshop.nn.chunked.CHUNK_FROM` nodes (input plus
-    query) are evaluated in chunks (:func:`meshop.nn.chunked.predict_in_chunks`, the same
+    was given in. Meshes of more than :data:`~meshop.train.memory.CHUNK_FROM` nodes (input plus
+    query) are evaluated in chunks (:func:`predict_in_chunks`, the same
     numbers in bounded memory); ``chunk_nodes`` sets the chunk (0: never chunk).
     """
     check_compatible(data, ckpt["data"], "the mesh")

@@ -11,7 +11,8 @@ from torch import nn
 from meshop._pyg import Data
 from meshop.data import GaussianNormalizer
 from meshop.data.normalizers import RunningMoments
-from meshop.nn.chunked import chunked_forward, default_chunk_nodes, total_nodes
+from meshop.nn.chunking import Walk
+from meshop.train.memory import chunked, default_chunk_nodes, total_nodes
 
 #: node sets whose coordinates the position normaliser maps (all with the same map)
 POSITION_KEYS = ("pos", "latent_pos", "query_pos")
@@ -129,32 +130,31 @@ class NormalizedModel(nn.Module):
         return out
 
     def forward(self, data: Data) -> torch.Tensor:
-        chunk = self.chunk_for(data)
-        if chunk is not None:
-            return self.forward_chunked(data, chunk)
-        pred = self.model(self.encode_inputs(data))
-        if "y" in self.normalizers:
-            pred = self.normalizers["y"].decode(pred)
-        return pred
+        return self.compute(data, Walk(self.chunk_for(data)))
 
     def chunk_for(self, data: Data) -> int | None:
         """The chunk :meth:`forward` evaluates ``data`` in (None: whole), from ``chunk_nodes``:
-        None chunks batches of more than :data:`~meshop.nn.chunked.CHUNK_FROM` nodes when the
-        model has a ``forward_chunked`` (:func:`~meshop.nn.chunked.default_chunk_nodes`); 0
-        never chunks; a number chunks every batch larger than it."""
+        None chunks batches of more than :data:`~meshop.train.memory.CHUNK_FROM` nodes when the
+        model is walked in chunks (a meshop model:
+        :func:`~meshop.train.memory.default_chunk_nodes`); 0 never chunks; a number chunks every
+        batch larger than it."""
         if self.chunk_nodes == 0:
             return None
         nodes = total_nodes(data)
         if self.chunk_nodes is None:
-            if not hasattr(self.model, "forward_chunked"):
+            if not hasattr(self.model, "compute"):
                 return None
             return default_chunk_nodes(nodes)
         return self.chunk_nodes if nodes > self.chunk_nodes else None
 
-    def forward_chunked(self, data: Data, chunk_nodes: int) -> torch.Tensor:
-        """:meth:`forward` through the model's own ``forward_chunked`` (:mod:`meshop.nn.chunked`):
-        the normalisers act on each node alone, so they need no chunking."""
-        pred = chunked_forward(self.model)(self.encode_inputs(data), chunk_nodes)
+    def compute(self, data: Data, walk: Walk) -> torch.Tensor:
+        """The model's pass on the normalised inputs, walked whole or in chunks
+        (:mod:`meshop.nn.chunking`; the normalisers act on each node alone, so they need no
+        chunking), decoded to physical units."""
+        encoded = self.encode_inputs(data)
+        pred = (
+            self.model(encoded) if walk.chunk_nodes is None else chunked(self.model, walk)(encoded)
+        )
         if "y" in self.normalizers:
             pred = self.normalizers["y"].decode(pred)
         return pred

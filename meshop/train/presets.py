@@ -247,7 +247,7 @@ def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
     - at least :data:`MIN_STEPS` optimisation steps (more epochs for a folder of few samples),
       100 epochs at least and 1000 at most;
     - samples of more than 131,072 nodes are trained in checkpointed chunks (the default of
-      ``chunk_nodes``, :mod:`meshop.nn.chunked`), so nothing here depends on memory.
+      ``chunk_nodes``, :mod:`meshop.nn.chunking`), so nothing here depends on memory.
     """
     n = max(data.nodes, 1)
     train: dict[str, Any] = {}

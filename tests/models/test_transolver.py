@@ -224,7 +224,7 @@ def test_block_defaults_and_its_two_residual_updates():
     x, weight = torch.randn(9, 6, generator=g), torch.rand(9, generator=g)
     batch = torch.zeros(9, dtype=torch.long)
     mid = x + block.attn(block.norm_attn(x), None, batch, weight)
-    torch.testing.assert_close(block(x, batch, weight), mid + block.mlp(block.norm_mlp(mid)))
+    torch.testing.assert_close(block(x, None, batch, weight), mid + block.mlp(block.norm_mlp(mid)))
 
 
 def test_wrong_input_channels_name_the_model():

@@ -1,4 +1,4 @@
-"""Chunked inference (meshop.nn.chunked): every model's forward_chunked equals its forward, on
+"""Chunked evaluation (meshop.nn.chunking): every model's forward_chunked equals its forward, on
 mixed batches whose chunks cut samples, and holds no more than a chunk of nodes at a time."""
 
 from __future__ import annotations
@@ -11,14 +11,9 @@ from meshop.data import add_latent_mesh, from_points, make_loader, set_query_poi
 from meshop.data.batching import node_chunks, sample_ranges
 from meshop.models import ONO, GalerkinTransformer, MLPBaseline, PiT, Transolver
 from meshop.nn import LocalPositionAttention, PositionAttention
-from meshop.nn.chunked import (
-    CHUNK_FROM,
-    DEFAULT_CHUNK,
-    default_chunk_nodes,
-    predict_in_chunks,
-    total_nodes,
-)
 from meshop.train import NormalizedModel, prepare_data
+from meshop.train.inference import predict_in_chunks
+from meshop.train.memory import CHUNK_FROM, DEFAULT_CHUNK, default_chunk_nodes, total_nodes
 from meshop.train.normalized import fit_normalizers
 
 MODELS = {
@@ -211,7 +206,10 @@ def test_streamed_position_attention_merges_its_blocks_exactly(periodic):
     targets, target_batch = torch.rand(20, 2, dtype=torch.float64), torch.tensor([0] * 12 + [1] * 8)
     reference = layer(x, pos, batch, weight, pos_dst=targets, batch_dst=target_batch)
     # 4 x 16 distances per block: one source at a time, the running maximum rescaled often
-    out = layer.attend_streamed(lambda nodes: x[nodes], pos, batch, weight, targets, target_batch)
+    sums = layer.partial(
+        lambda nodes: x[nodes], pos, batch, weight, 2, pos_dst=targets, batch_dst=target_batch
+    )
+    out = layer.finish(sums)
     assert relative_error(out, reference) < 1e-12
     # the checkpointed blocks give the gradients of the whole layer
     probe = torch.randn_like(out)
@@ -231,7 +229,9 @@ def test_streamed_attention_keeps_one_block_for_the_backward():
     with torch.autograd.graph.saved_tensors_hooks(
         lambda t: saved.append(t.numel()) or t, lambda t: t
     ):
-        layer.attend_streamed(lambda nodes: x[nodes], pos, batch, None, targets, batch[:50])
+        layer.partial(
+            lambda nodes: x[nodes], pos, batch, None, 1, pos_dst=targets, batch_dst=batch[:50]
+        )
     # every block's [2, 50, 40] logits kept would be 2 x 50 x 4000 = 400,000 numbers, several times
     assert sum(saved) < 400_000 / 2
 
@@ -277,9 +277,13 @@ def test_predict_in_chunks_evaluates_and_restores_the_mode():
 
 def test_predict_in_chunks_leaves_small_meshes_and_chunk_zero_unchunked(monkeypatch):
     model = built("transolver")
-    monkeypatch.setattr(
-        type(model), "forward_chunked", lambda *args: pytest.fail("chunked a small mesh")
-    )
+    compute = type(model).compute
+
+    def whole_only(self, data, walk):
+        assert walk.chunk_nodes is None, "chunked a small mesh"
+        return compute(self, data, walk)
+
+    monkeypatch.setattr(type(model), "compute", whole_only)
     data = sample(100, 1)
     with torch.no_grad():
         assert torch.equal(predict_in_chunks(model, data), model(data))
@@ -350,12 +354,12 @@ def test_checkpointed_chunks_keep_a_fraction_of_the_activations_for_the_backward
 
 
 def test_normalized_models_chunk_the_batches_their_setting_asks_for(monkeypatch):
-    import meshop.nn.chunked as chunked
+    import meshop.train.memory as memory
 
     model = NormalizedModel(built("transolver"))
     small, large = sample(40, 1), sample(400, 2)
     assert model.chunk_for(large) is None  # the default: only above CHUNK_FROM nodes
-    monkeypatch.setattr(chunked, "CHUNK_FROM", 100)
+    monkeypatch.setattr(memory, "CHUNK_FROM", 100)
     assert model.chunk_for(small) is None and model.chunk_for(large) == DEFAULT_CHUNK
     model.chunk_nodes = 0
     assert model.chunk_for(large) is None
@@ -364,8 +368,14 @@ def test_normalized_models_chunk_the_batches_their_setting_asks_for(monkeypatch)
     assert NormalizedModel(torch.nn.Identity()).chunk_for(large) is None  # no chunked pass
     model.eval()
     calls = []
-    forward_chunked = model.model.forward_chunked
-    model.model.forward_chunked = lambda *args: calls.append(args[1]) or forward_chunked(*args)
+    compute = model.model.compute
+
+    def spy(data, walk):
+        if walk.chunk_nodes is not None:
+            calls.append(walk.chunk_nodes)
+        return compute(data, walk)
+
+    model.model.compute = spy
     with torch.no_grad():
         chunked_out = model(large)
         assert calls == [64]

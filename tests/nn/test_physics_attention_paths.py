@@ -1,7 +1,7 @@
 """Physics-attention's two paths (dense batched kernels for samples of equal sizes, the per-sample
 loop for mixed sizes) compute Transolver's eqs. (1)-(4) as the dense float64 formula does, the
 output and every gradient (input and parameters); so does the chunked evaluation (``integrate``,
-``attend_tokens``, ``deslice``), and float64 weights are cast to a float32 layer's dtype."""
+``finish``, ``apply``), and float64 weights are cast to a float32 layer's dtype."""
 
 import pytest
 import torch
@@ -109,22 +109,22 @@ def test_equal_sizes_take_the_dense_path_and_mixed_sizes_the_loop(monkeypatch):
 
 @pytest.mark.parametrize("weights", WEIGHTS)
 def test_chunked_methods_are_the_reference_form(weights):
-    """The chunked evaluation of meshop.nn.chunked: eq. (2)'s integrals summed over chunks that
-    cut the samples (``integrate``), eq. (3) once (``attend_tokens``), eqs. (1) and (4) chunk by
-    chunk (``deslice``), in float64 against eqs. (1)-(4) sample by sample."""
+    """The integral protocol (meshop.nn.integral): eq. (2)'s integrals summed over chunks that
+    cut the samples (``partial``), eq. (3) once (``finish``), eqs. (1) and (4) chunk by chunk
+    (``apply``), in float64 against eqs. (1)-(4) sample by sample."""
     layer = make_layer(heads=2, slices=5)
     x, batch, weight = inputs((7, 11, 4), weights)
     chunks = [slice(0, 5), slice(5, 13), slice(13, 22)]  # a sample in every chunk boundary
     with torch.no_grad():
         x = x.detach()
         shares = [
-            layer.integrate(x[c], batch[c], None if weight is None else weight[c], 3)
+            layer.partial(x[c], None, batch[c], None if weight is None else weight[c], 3)
             for c in chunks
         ]
         features = sum(share[0] for share in shares)
         mass = sum(share[1] for share in shares)
-        tokens = layer.attend_tokens((features, mass))
-        out = torch.cat([layer.deslice(x[c], batch[c], tokens) for c in chunks])
+        tokens = layer.finish((features, mass))
+        out = torch.cat([layer.apply(tokens, x[c], None, batch[c]) for c in chunks])
         ref = reference_form(layer, x, batch, weight)
     assert features.shape == (3, 2, 5, 4) and mass.shape == (3, 2, 5)
     assert tokens.shape == (3, 2, 5, 4)
@@ -142,8 +142,8 @@ def test_float64_weights_on_a_float32_layer_are_cast_to_its_dtype(sizes):
     with torch.no_grad():
         out = layer(x, None, batch, weight)
         ref = layer(x, None, batch, weight.float())
-        sums = layer.integrate(x, batch, weight, len(sizes))
-        sums_ref = layer.integrate(x, batch, weight.float(), len(sizes))
+        sums = layer.partial(x, None, batch, weight, len(sizes))
+        sums_ref = layer.partial(x, None, batch, weight.float(), len(sizes))
     assert out.dtype == torch.float32 and sums[0].dtype == sums[1].dtype == torch.float32
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
     torch.testing.assert_close(sums, sums_ref, rtol=0, atol=0)

@@ -1,4 +1,4 @@
-"""One mesh split across processes (meshop.nn.chunked.split_mesh): two gloo processes, each with
+"""One mesh split across processes (meshop.nn.splitting.split_mesh): two gloo processes, each with
 a part of the nodes of the same samples, give the outputs and the summed gradients of one process
 with the whole mesh."""
 
@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from meshop.data import from_points, make_loader
 from meshop.errors import ConfigError
 from meshop.models import ONO, GalerkinTransformer, MLPBaseline, PiT, Transolver
-from meshop.nn.chunked import split_latent_mesh, split_mesh
+from meshop.nn.splitting import split_latent_mesh, split_mesh
 from meshop.train.data import with_latent_weight
 
 MODELS = {
@@ -235,6 +235,10 @@ def _latent_worker(rank: int, port: int, results):
         no_latent = next(iter(make_loader(pieces, batch_size=2)))
         other = latent_samples(True, False, [lat + 0.01 * rank for lat in latent])[0]
         shifted = next(iter(make_loader([latent_part(other, held[0], False, rank)])))
+        mine = latent_samples(True, False, latent)[0]
+        if rank:  # the same latent nodes in another order (reversed on the second process)
+            mine.latent_pos = mine.latent_pos.flip(0)
+        reordered = next(iter(make_loader([latent_part(mine, held[0], False, rank)])))
         pit = PiT(3, 2, 2, width=8, layers=1).double()
         refusals = {
             "pit-no-latent": lambda: pit.forward_chunked(no_latent, 37),
@@ -250,6 +254,7 @@ def _latent_worker(rank: int, port: int, results):
                 LATENT_MODELS["pit-pointwise"]().double().forward_chunked(queried, 37)
             ),
             "different-latent": lambda: pit.forward_chunked(shifted, 37),
+            "reordered-latent": lambda: pit.forward_chunked(reordered, 37),
             "pit-forward": lambda: pit(queried),
             "galerkin-forward": lambda: LATENT_MODELS["galerkin"]().double()(queried),
         }
@@ -296,6 +301,7 @@ def test_pit_and_galerkin_split_at_their_latent_mesh_give_one_process_outputs_an
         "decoder-blocks": "PiT with decoder_layers=1 attends among all the query points",
         "pointwise-queries": "PiT(pointwise=True) reads the input fields of each query point",
         "different-latent": "differ between the processes of split_mesh",
+        "reordered-latent": "split_mesh (in number, values or order)",
         "pit-forward": "PiT.forward sees only this process's nodes under split_mesh",
         "galerkin-forward": "GalerkinTransformer.forward sees only this process's nodes",
     }

@@ -71,7 +71,7 @@ CASES = [
     Case(
         "TransolverBlock",
         lambda: TransolverBlock(C, heads=2, slices=3),
-        lambda layer, x, pos, batch, w: layer(x, batch, w),
+        lambda layer, x, pos, batch, w: layer(x, None, batch, w),
     ),
     Case(
         "FeatureBlock",
@@ -81,7 +81,7 @@ CASES = [
     Case(
         "SolutionBlock",
         lambda: SolutionBlock(C, C, k=3),
-        lambda layer, x, pos, batch, w: layer(x, x.flip(1), batch, w),
+        lambda layer, x, pos, batch, w: layer(x, None, batch, w, g=x.flip(1)),
     ),
 ]
 IDS = [case.name for case in CASES]

@@ -15,9 +15,14 @@ from meshop.data import write_mesh
 from meshop.data.batching import node_chunks, reporting_chunks
 from meshop.errors import ConfigError
 from meshop.models import Transolver
-from meshop.nn.chunked import predict_in_chunks
 from meshop.train import load_model
-from meshop.train.inference import check_memory, memory_estimate, predict_file, vtu_points
+from meshop.train.inference import (
+    check_memory,
+    memory_estimate,
+    predict_file,
+    predict_in_chunks,
+    vtu_points,
+)
 from tests.helpers import predict_case, square_mesh
 
 MB = 2**20

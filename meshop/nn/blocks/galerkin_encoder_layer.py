@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from meshop.data.batching import part
 from meshop.errors import ConfigError
-from meshop.nn.chunked import map_over_chunks, sum_over_chunks
 from meshop.nn.fourier_attention import FourierAttention
 from meshop.nn.galerkin_attention import GalerkinAttention
+from meshop.nn.integral import Integral
 from meshop.nn.linear_attention import LinearAttention
 from meshop.nn.softmax_attention import SoftmaxAttention
 
@@ -30,7 +29,7 @@ def check_attention(attention: str) -> type:
     return ATTENTIONS[attention]
 
 
-class GalerkinEncoderLayer(nn.Module):
+class GalerkinEncoderLayer(Integral):
     r"""One encoder layer of the Galerkin Transformer, in either layer-norm scheme.
 
     The scale-preserving scheme (``norm="new"``, eq. (4)) keeps no layer norm outside the
@@ -123,36 +122,20 @@ class GalerkinEncoderLayer(nn.Module):
             return self.norm_ffn(x + self.ffn(x))
         return x + self.ffn(x)
 
-    def forward_chunked(
-        self,
-        x: Tensor,
-        pos: Tensor,
-        batch: Tensor,
-        weight: Tensor | None,
-        num_samples: int,
-        chunk_nodes: int,
-    ) -> Tensor:
-        """:meth:`forward` chunk by chunk (:mod:`meshop.nn.chunked`): the attention's kernels
-        integrated over every chunk first (:meth:`~meshop.nn.HeadAttention.integrate`; softmax
-        attention has none and raises), then each chunk's output; ``x`` is updated in place
-        without autograd, checkpointed chunk by chunk with it."""
-        attn = self.attn
+    # The integral protocol (meshop.nn.integral) of its attention, the residual and FFN per node.
 
-        def integrals(nodes):
-            return attn.integrate(
-                x[nodes], pos[nodes], batch[nodes], part(weight, nodes), num_samples
-            )
+    def partial(self, x, pos, batch, weight, num_samples, state=None, **extra):
+        return self.attn.partial(x, pos, batch, weight, num_samples)
 
-        kernel = attn.kernel(sum_over_chunks(integrals, len(x), chunk_nodes, attn))
+    def finish(self, sums, state=None) -> Tensor:
+        return self.attn.finish(sums)
 
-        def update(nodes):
-            y = x[nodes] + attn.apply_kernel(x[nodes], pos[nodes], batch[nodes], kernel)
-            if self.norm == "regular":
-                y = self.norm_attn(y)
-                return self.norm_ffn(y + self.ffn(y))
-            return y + self.ffn(y)
-
-        return map_over_chunks(update, len(x), chunk_nodes, out=x)
+    def apply(self, state, x, pos, batch, **extra) -> Tensor:
+        y = x + self.attn.apply(state, x, pos, batch)
+        if self.norm == "regular":
+            y = self.norm_attn(y)
+            return self.norm_ffn(y + self.ffn(y))
+        return y + self.ffn(y)
 
     def __repr__(self) -> str:
         return (

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from meshop.data.batching import part
 from meshop.errors import ConfigError
-from meshop.nn.chunked import map_over_chunks, sum_over_chunks
 from meshop.nn.fourier_attention import FourierAttention
 from meshop.nn.galerkin_attention import GalerkinAttention
+from meshop.nn.integral import Integral
 from meshop.nn.linear_attention import LinearAttention
 from meshop.nn.mlp import MLP
 from meshop.nn.orthogonal_attention import OrthogonalAttention
@@ -24,7 +23,7 @@ FEATURE_ATTENTIONS = {
 }
 
 
-class FeatureBlock(nn.Module):
+class FeatureBlock(Integral):
     r"""Pre-LN transformer block of ONO's feature stream (ONO eq. (3)).
 
     .. math::
@@ -94,36 +93,20 @@ class FeatureBlock(nn.Module):
         g = g + self.attn(self.norm_attn(g), pos, batch, weight)
         return g + self.ffn(self.norm_ffn(g))
 
-    def forward_chunked(
-        self,
-        g: Tensor,
-        pos: Tensor,
-        batch: Tensor,
-        weight: Tensor | None,
-        num_samples: int,
-        chunk_nodes: int,
-    ) -> Tensor:
-        """:meth:`forward` chunk by chunk (:mod:`meshop.nn.chunked`): the attention's kernels
-        integrated over every chunk (:meth:`~meshop.nn.HeadAttention.integrate`), then each
-        chunk's attention and FFN; ``g`` is updated in place without autograd, checkpointed chunk
-        by chunk with it."""
-        attn = self.attn
+    # The integral protocol (meshop.nn.integral) of its attention, the residual and FFN per node.
 
-        def integrals(nodes):
-            x = self.norm_attn(g[nodes])
-            return attn.integrate(x, pos[nodes], batch[nodes], part(weight, nodes), num_samples)
+    def partial(self, x, pos, batch, weight, num_samples, state=None, **extra):
+        return self.attn.partial(self.norm_attn(x), pos, batch, weight, num_samples)
 
-        kernel = attn.kernel(sum_over_chunks(integrals, len(g), chunk_nodes, attn))
+    def finish(self, sums, state=None) -> Tensor:
+        return self.attn.finish(sums)
 
-        def update(nodes):
-            x = self.norm_attn(g[nodes])
-            y = g[nodes] + attn.apply_kernel(x, pos[nodes], batch[nodes], kernel)
-            return y + self.ffn(self.norm_ffn(y))
-
-        return map_over_chunks(update, len(g), chunk_nodes, out=g)
+    def apply(self, state, x, pos, batch, **extra) -> Tensor:
+        y = x + self.attn.apply(state, self.norm_attn(x), pos, batch)
+        return y + self.ffn(self.norm_ffn(y))
 
 
-class SolutionBlock(nn.Module):
+class SolutionBlock(Integral):
     r"""One stage of ONO's solution stream: orthogonal attention, residual, LN and FFN (eq. (6)).
 
     .. math::
@@ -143,9 +126,12 @@ class SolutionBlock(nn.Module):
         hidden (bool): ``False`` makes the FFN a single linear layer (the authors' last stage).
 
     Shapes:
-        - input: ``h`` [N, d], ``g`` [N, d], ``batch`` [N], ``weight`` [N]
+        - input: ``h`` [N, d], ``pos`` (unused), ``batch`` [N], ``weight`` [N], keyword ``g``
+          [N, d] (the feature stream)
         - output: [N, out_channels]
     """
+
+    passes = 2
 
     def __init__(
         self,
@@ -179,43 +165,20 @@ class SolutionBlock(nn.Module):
             module.reset_parameters()
         trunc_normal_linears(self.ffn)
 
-    def forward(self, h: Tensor, g: Tensor, batch: Tensor, weight: Tensor) -> Tensor:
+    def forward(self, h: Tensor, pos=None, batch=None, weight=None, *, g: Tensor) -> Tensor:
         return self.ffn(self.norm(self.attn(h, None, batch, weight, g=g) + h))
 
-    def forward_chunked(
-        self,
-        h: Tensor,
-        g: Tensor,
-        batch: Tensor,
-        weight: Tensor | None,
-        num_samples: int,
-        chunk_nodes: int,
-    ) -> Tensor:
-        """:meth:`forward` chunk by chunk (:mod:`meshop.nn.chunked`): the moments over every
-        chunk (:meth:`~meshop.nn.OrthogonalAttention.moments`), the factors, the inner products
-        over every chunk (:meth:`~meshop.nn.OrthogonalAttention.project`), then each chunk's
-        output ``[N, out_channels]`` (written into ``h`` without autograd when the widths
-        agree)."""
-        attn = self.attn
+    # The integral protocol (meshop.nn.integral) of its attention's two passes, then the
+    # residual, LN and FFN per node.
 
-        def moments(nodes):
-            return attn.moments(g[nodes], batch[nodes], part(weight, nodes), num_samples)
+    def partial(self, x, pos, batch, weight, num_samples, state=None, *, g, **extra):
+        return self.attn.partial(x, None, batch, weight, num_samples, state, g=g)
 
-        sums = sum_over_chunks(moments, len(h), chunk_nodes)
-        factors = attn.factors(sums)
+    def finish(self, sums, state=None):
+        return self.attn.finish(sums, state)
 
-        def inner(nodes):
-            return attn.project(
-                h[nodes], g[nodes], batch[nodes], part(weight, nodes), factors, sums
-            )
-
-        coefficients = attn.coefficients(sum_over_chunks(inner, len(h), chunk_nodes), sums)
-
-        def update(nodes):
-            y = attn.expand(g[nodes], batch[nodes], factors, coefficients) + h[nodes]
-            return self.ffn(self.norm(y))
-
-        return map_over_chunks(update, len(h), chunk_nodes, out=h)
+    def apply(self, state, x, pos, batch, *, g, **extra) -> Tensor:
+        return self.ffn(self.norm(self.attn.apply(state, x, None, batch, g=g) + x))
 
 
 def trunc_normal_linears(mlp: MLP) -> None:

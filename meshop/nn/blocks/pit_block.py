@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from meshop.nn.chunked import map_over_chunks
+from meshop.nn.integral import Integral
 from meshop.nn.mlp import MLP
 from meshop.nn.position_attention import PositionAttention
 
 
-class PiTBlock(nn.Module):
+class PiTBlock(Integral):
     r"""One processor block of PiT (Sec. 2.3; Table 9 "PosAtt MLP LINEAR GELU"):
 
     .. math::
@@ -32,6 +32,8 @@ class PiTBlock(nn.Module):
         - output: :math:`(N, d_v)`
     """
 
+    cuts = "targets"
+
     def __init__(self, width: int, heads: int = 2, lambda_param: str = "tan", periodic=None):
         super().__init__()
         self.attn = PositionAttention(width, width, heads, lambda_param, periodic)
@@ -49,21 +51,20 @@ class PiTBlock(nn.Module):
         h = F.gelu(self.attn(u, pos, batch, weight))
         return F.gelu(self.mlp(h) + self.skip(u))
 
-    def forward_chunked(
-        self, u: Tensor, pos: Tensor, batch: Tensor, weight: Tensor | None, chunk_nodes: int
-    ) -> Tensor:
-        """:meth:`forward` for chunks of targets, each attending to every node of its sample
-        with the sources streamed (:meth:`~meshop.nn.PositionAttention.attend_streamed`): a new
-        ``[N, d_v]`` tensor, never an ``N x N`` one; checkpointed chunk by chunk under
-        autograd."""
+    # The integral protocol (meshop.nn.integral) of its attention, the MLP and skip per target.
 
-        def update(nodes):
-            h = self.attn.attend_streamed(
-                lambda sources: u[sources], pos, batch, weight, pos[nodes], batch[nodes]
-            )
-            return F.gelu(self.mlp(F.gelu(h)) + self.skip(u[nodes]))
+    def target_chunk(self, chunk_nodes: int, batch: Tensor) -> int:
+        return self.attn.target_chunk(chunk_nodes, batch)
 
-        return map_over_chunks(update, len(u), chunk_nodes)
+    def partial(self, x, pos, batch, weight, num_samples, state=None, **extra):
+        return self.attn.partial(x, pos, batch, weight, num_samples, state, **extra)
+
+    def finish(self, sums, state=None) -> Tensor:
+        return self.attn.finish(sums, state)
+
+    def apply(self, state, x, pos, batch, **extra) -> Tensor:
+        """The block's output at targets from their attention ``state`` and own features ``x``."""
+        return F.gelu(self.mlp(F.gelu(state)) + self.skip(x))
 
 
 __all__ = ["PiTBlock"]

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from meshop.data.batching import part
-from meshop.nn.chunked import map_over_chunks, sum_over_chunks
+from meshop.nn.integral import Integral
 from meshop.nn.mlp import MLP
 from meshop.nn.physics_attention import PhysicsAttention
 
 
-class TransolverBlock(nn.Module):
+class TransolverBlock(Integral):
     r"""One Transolver layer (Transolver eq. (5)): pre-LN physics-attention and MLP, each with a
     residual connection.
 
@@ -26,7 +25,7 @@ class TransolverBlock(nn.Module):
         mlp_ratio (int): hidden width of the MLP in units of ``width``.
 
     Shapes:
-        - input: ``x`` [N, C], ``batch`` [N], ``weight`` [N]
+        - input: ``x`` [N, C], ``pos`` (unused), ``batch`` [N], ``weight`` [N]
         - output: [N, C]
     """
 
@@ -37,30 +36,21 @@ class TransolverBlock(nn.Module):
         self.norm_mlp = nn.LayerNorm(width)
         self.mlp = MLP([width, mlp_ratio * width, width])
 
-    def forward(self, x: Tensor, batch: Tensor, weight: Tensor) -> Tensor:
+    def forward(self, x: Tensor, pos=None, batch=None, weight=None) -> Tensor:
         x = x + self.attn(self.norm_attn(x), None, batch, weight)
         return x + self.mlp(self.norm_mlp(x))
 
-    def forward_chunked(
-        self, x: Tensor, batch: Tensor, weight: Tensor | None, num_samples: int, chunk_nodes: int
-    ) -> Tensor:
-        """:meth:`forward` chunk by chunk (:mod:`meshop.nn.chunked`): the slice tokens integrated
-        over every chunk first (:meth:`~meshop.nn.PhysicsAttention.integrate`), then each chunk's
-        attention and MLP; ``x`` is updated in place without autograd, checkpointed chunk by
-        chunk with it."""
+    # The integral protocol (meshop.nn.integral) of its attention, the residual and MLP per node.
 
-        def integrals(nodes):
-            return self.attn.integrate(
-                self.norm_attn(x[nodes]), batch[nodes], part(weight, nodes), num_samples
-            )
+    def partial(self, x, pos, batch, weight, num_samples, state=None, **extra):
+        return self.attn.partial(self.norm_attn(x), None, batch, weight, num_samples)
 
-        tokens = self.attn.attend_tokens(sum_over_chunks(integrals, len(x), chunk_nodes))
+    def finish(self, sums, state=None) -> Tensor:
+        return self.attn.finish(sums)
 
-        def update(nodes):
-            y = x[nodes] + self.attn.deslice(self.norm_attn(x[nodes]), batch[nodes], tokens)
-            return y + self.mlp(self.norm_mlp(y))
-
-        return map_over_chunks(update, len(x), chunk_nodes, out=x)
+    def apply(self, state, x, pos, batch, **extra) -> Tensor:
+        y = x + self.attn.apply(state, self.norm_attn(x), None, batch)
+        return y + self.mlp(self.norm_mlp(y))
 
 
 __all__ = ["TransolverBlock"]
