@@ -176,21 +176,13 @@ class HeadAttention(Integral):
         sizes = equal_sizes(n, n, batch, batch)
         if sizes is not None:
             return self._forward_equal(x, pos, weight, sizes[0])
-        coords = pos[:, None, :].expand(n, heads, self.pos_dim) if self.pos_dim else None
         if weight is None:
             weight = default_weight(n, batch, x)
-        blocks = []
-        for key, lin in (("q", self.lin_q), ("k", self.lin_k), ("v", self.lin_v)):
-            t = lin(x).view(n, heads, self.head_channels)
-            if key in self.norms:
-                t = self.norms[key](t)
-            if coords is not None:
-                t = torch.cat([t, coords], dim=-1)
-            blocks.append(t)
+        blocks = [self._node_projection(*key_lin, x, pos) for key_lin in self._projections()]
         e = blocks[0].shape[-1]
         dense = []
-        for t in blocks:
-            t, mask = to_dense_batch(t.reshape(n, heads * e), batch)
+        for t in blocks:  # [heads, n, e] -> [B, heads, n_max, e]
+            t, mask = to_dense_batch(t.transpose(0, 1).reshape(n, heads * e), batch)
             dense.append(t.view(t.shape[0], t.shape[1], heads, e).transpose(1, 2))
         weight, _ = to_dense_batch(weight, batch)
         weight = weight / weight.sum(1, keepdim=True)  # a mean over each sample's domain
@@ -201,24 +193,10 @@ class HeadAttention(Integral):
     def _forward_equal(self, x: Tensor, pos: Tensor, weight: Tensor | None, b: int) -> Tensor:
         """Samples of equal sizes as one batch of ``[B, heads, m, e]`` views (no padding, no
         gathering); uniform weights within every sample are passed as ``[B, 1]``."""
-        n, heads = x.shape[0], self.heads
-        m = n // b
-        coords = None
-        if self.pos_dim:
-            coords = pos.view(b, 1, m, self.pos_dim).expand(b, heads, m, self.pos_dim)
-        blocks = []
-        for key, lin in (("q", self.lin_q), ("k", self.lin_k), ("v", self.lin_v)):
-            t = lin(x).view(b, m, heads, self.head_channels)
-            if key in self.norms:
-                t = self.norms[key](t)
-            t = t.transpose(1, 2)  # [B, heads, m, d_k]
-            if coords is not None:
-                t = torch.cat([t, coords.to(t.dtype)], dim=-1)
-            blocks.append(t)
-        weight = equal_weight(weight, b, m, x)
-        mask = torch.ones(b, m, dtype=torch.bool, device=x.device)
-        out = self.attend(*blocks, weight, mask)  # [B, heads, m, e]
-        return self.lin_out(out.transpose(1, 2).reshape(n, -1))
+        q, k, v = self._equal_projections(x, pos, b)
+        mask = torch.ones(b, q.shape[1], dtype=torch.bool, device=x.device)
+        out = self.attend(q.transpose(1, 2), k, v, equal_weight(weight, b, q.shape[1], x), mask)
+        return self.lin_out(out.transpose(1, 2).reshape(len(x), -1))
 
     def _equal_projections(self, x: Tensor, pos: Tensor, b: int) -> tuple[Tensor, Tensor, Tensor]:
         r""":math:`\hat Q` ``[B, m, heads, e]`` (nodes first, ready for :meth:`_merge_folded`),
@@ -226,7 +204,7 @@ class HeadAttention(Integral):
         n, heads, hc, pd = x.shape[0], self.heads, self.head_channels, self.pos_dim
         m = n // b
         blocks = []
-        for key, lin in (("q", self.lin_q), ("k", self.lin_k), ("v", self.lin_v)):
+        for key, lin in self._projections():
             t = lin(x).view(b, m, heads, hc)
             if key in self.norms:
                 t = self.norms[key](t)
@@ -237,6 +215,9 @@ class HeadAttention(Integral):
                 t = torch.cat([t, coords.expand(*t.shape[:-1], pd).to(t.dtype)], dim=-1)
             blocks.append(t)
         return blocks[0], blocks[1], blocks[2]
+
+    def _projections(self) -> tuple[tuple[str, nn.Linear], ...]:
+        return ("q", self.lin_q), ("k", self.lin_k), ("v", self.lin_v)
 
     def _merge_folded(self, q: Tensor, kv: Tensor) -> Tensor:
         r"""The merged output :math:`\sum_h q_h\, \kappa_h W^O_h + b^O` of queries ``q``

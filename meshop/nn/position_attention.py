@@ -138,26 +138,9 @@ class PositionAttention(PositionKernel):
     def _attend(
         self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor, log_w: Tensor | None
     ) -> Tensor:
-        """One sample: exact Gaussian softmax attention via SDPA on augmented coordinates; the
-        log-weights ``log_w`` [N_src] join the key's last component (the query's is 1)."""
-        centre = pos_src.mean(0)
-        y, x = pos_src - centre, pos_dst - centre
-        dim, heads, width = x.shape[1], self.heads, self.head_channels
-        size = max(width, dim + 1)
-        q = F.pad(torch.cat([x, torch.ones_like(x[:, :1])], dim=1), (0, size - dim - 1))
-        q = q.expand(heads, -1, -1)  # [H, N_dst, P]
-        k = torch.cat([2.0 * y, -y.square().sum(1, keepdim=True)], dim=1)  # [N_src, D + 1]
-        k = add_log_weight(lam.view(heads, 1, 1) * k, log_w)
-        k = F.pad(k, (0, size - dim - 1))  # [H, N_src, P]
-        v = F.pad(v.transpose(0, 1), (0, size - width))  # [H, N_src, P]
-        dtype = v.dtype
-        out = F.scaled_dot_product_attention(
-            q.to(dtype).unsqueeze(0).contiguous(),
-            k.to(dtype).unsqueeze(0),
-            v.unsqueeze(0),
-            scale=1.0,
-        )
-        return out[0, :, :, :width].transpose(0, 1)  # [N_dst, H, C_h]
+        """One sample (``v`` [N_src, H, C_h]): the batched path with one sample."""
+        log_w = None if log_w is None else log_w[None]
+        return self._attend_batched(pos_src[None], pos_dst[None], v[None], lam, log_w)[0]
 
     def _attend_batched(
         self, pos_src: Tensor, pos_dst: Tensor, v: Tensor, lam: Tensor, log_w: Tensor | None
