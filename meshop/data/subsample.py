@@ -11,7 +11,9 @@ integrals, as a mini-batch sees a noisier loss; it is evaluated on whole meshes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 import torch
 
@@ -20,6 +22,13 @@ from meshop.errors import ConfigError
 
 #: node fields subsampled with the nodes (targets only when they live at the nodes)
 NODE_KEYS = ("pos", "x", "weight")
+
+
+def subset_size(n: int, fraction: float) -> int:
+    """``ceil(fraction * n)`` (at least 1) in exact arithmetic on the fraction as written
+    (``0.1`` is one tenth): a float product would round ``0.1 * 30`` above 3, and a float32 one
+    ``0.5 * (2**25 + 1)`` below its ceiling."""
+    return max(1, math.ceil(Fraction(repr(float(fraction))) * n))
 
 
 def subsample_nodes(data: Data, fraction: float, generator: torch.Generator | None = None) -> Data:
@@ -36,7 +45,7 @@ def subsample_nodes(data: Data, fraction: float, generator: torch.Generator | No
             "a uniform grid (grid_shape) keeps its shape: subsample the nodes of meshes only"
         )
     n = data.pos.shape[0]
-    m = max(1, int(torch.ceil(torch.tensor(fraction * n)).item()))
+    m = subset_size(n, fraction)
     if m >= n:
         return data
     keep = torch.randperm(n, generator=generator)[:m].sort().values.to(data.pos.device)
@@ -72,4 +81,4 @@ class NodeSubsets(Sequence):
         return subsample_nodes(self.dataset[index], self.fraction)
 
 
-__all__ = ["NodeSubsets", "subsample_nodes"]
+__all__ = ["NodeSubsets", "subsample_nodes", "subset_size"]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from meshop.data import from_points, set_query_points, uniform_grid
-from meshop.data.subsample import NodeSubsets, subsample_nodes
+from meshop.data.subsample import NodeSubsets, subsample_nodes, subset_size
 from meshop.errors import ConfigError
 from meshop.models import Transolver
 from meshop.train import TrainConfig, Trainer, prepare_data
@@ -30,6 +30,14 @@ def test_subsets_keep_the_nodes_fields_and_rescale_the_weights():
     assert torch.allclose(part.weight, data.weight[keep] * 4)
     assert getattr(part, "face", None) is None  # a subset has no cells
     assert subsample_nodes(data, 1.0) is data
+
+
+def test_subset_sizes_are_the_exact_ceiling_of_the_fraction_as_written():
+    assert subset_size(30, 0.1) == 3  # 0.1 * 30 is 3.0000000000000004 in floats
+    assert subset_size(2**25 + 1, 0.5) == 2**24 + 1  # float32 rounds 2^24 + 0.5 down to 2^24
+    assert subset_size(10, 0.25) == 3 and subset_size(7, 1e-9) == 1 and subset_size(7, 1.0) == 7
+    data = from_points(torch.rand(30, 2))
+    assert len(subsample_nodes(data, 0.1).pos) == 3
 
 
 def test_rescaled_quadratures_are_unbiased():
