@@ -144,6 +144,9 @@ LATENT_CASES = [
     ("fourier", True, False),
 ]
 LATENT_POINTS = 30
+#: models split with no latent weights stored: each process lumps its own nodes' (as in
+#: docs/large_meshes.md), the sum over the processes is the whole mesh's
+OWN_LATENT_WEIGHTS = ("pit-quantile", "pit-knn")
 QUERIES = (50, 40)
 
 
@@ -225,6 +228,17 @@ def _latent_worker(rank: int, port: int, results):
                 values, grads = latent_step(name, batch, chunk_nodes=37)
             dist.all_reduce(grads)  # the gradient of the whole mesh's loss
             out[name, weighted, queries] = (values, grads)
+        for name in OWN_LATENT_WEIGHTS:  # each process's latent weights from its own part
+            pieces = [
+                latent_part(d, held[i], False, rank)
+                for i, d in enumerate(latent_samples(True, False, latent))
+            ]
+            for piece in pieces:
+                del piece.latent_weight
+            with split_mesh():
+                values, grads = latent_step(name, next(iter(make_loader(pieces, batch_size=2))), 37)
+            dist.all_reduce(grads)
+            out[name, "own latent weights"] = (values, grads)
         pieces = [
             latent_part(d, held[i], True, rank)
             for i, d in enumerate(latent_samples(True, True, latent))
@@ -275,7 +289,9 @@ def test_pit_and_galerkin_split_at_their_latent_mesh_give_one_process_outputs_an
         assert torch.equal(mine, theirs)  # the same latent mesh on every process
         assert len(mine) == LATENT_POINTS
         assert ((mine[:, None] - data.pos[None]).abs().sum(-1).amin(1) == 0).all()  # its nodes
-    for name, weighted, queries in LATENT_CASES:
+    cases = [*LATENT_CASES, *((name, True, False) for name in OWN_LATENT_WEIGHTS)]
+    for case_index, (name, weighted, queries) in enumerate(cases):
+        own = case_index >= len(LATENT_CASES)
         batch = next(iter(make_loader(latent_samples(weighted, queries, latent), batch_size=2)))
         out, grads = latent_step(name, batch)
         scale = float(grads.abs().max())
@@ -290,7 +306,8 @@ def test_pit_and_galerkin_split_at_their_latent_mesh_give_one_process_outputs_an
             else:
                 first, second = held_nodes(rank)
                 rows = torch.cat([first, SIZES[0] + second])
-            values, split_grads = results[rank][name, weighted, queries]
+            key = (name, "own latent weights") if own else (name, weighted, queries)
+            values, split_grads = results[rank][key]
             case = (name, weighted, queries, rank)
             assert values.shape == out[rows].shape, case
             assert torch.allclose(values, out[rows], rtol=1e-7, atol=1e-9), case
