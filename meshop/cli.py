@@ -230,6 +230,12 @@ def _add_predict(sub) -> None:
         help="no progress bar (shown on stderr when it is a terminal: the nodes the model's "
         "layers have gone through)",
     )
+    p.add_argument(
+        "--quadratic-ok",
+        action="store_true",
+        help="predict with a model whose cost grows with the square of the nodes also on a mesh "
+        "of more than 200,000 nodes (refused by default, with its estimated time)",
+    )
 
 
 def cmd_predict(args) -> int:
@@ -272,6 +278,7 @@ def cmd_predict(args) -> int:
         inputs=[n.strip() for n in args.inputs.split(",")] if args.inputs else None,
         chunk_nodes=args.chunk_nodes,
         progress=not args.no_progress,
+        quadratic_ok=args.quadratic_ok,
     )
     print(f"wrote {path} ({pred.shape[0]} points, {pred.shape[1]} output channels)")
     if args.integrate:

@@ -111,6 +111,11 @@ class Operator(nn.Module):
         layer or block through ``walk.layer``."""
         raise NotImplementedError
 
+    def quadratic(self, data: Data) -> str | None:
+        """Why the model's cost on ``data`` grows with the square of its nodes (a phrase for
+        an error message, and what avoids it), or None when it grows linearly."""
+        return None
+
     def extra_repr(self) -> str:
         defaults = {
             name: p.default

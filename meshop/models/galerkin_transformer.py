@@ -349,6 +349,20 @@ class GalerkinTransformer(Operator):
             then=lambda up, nodes: self.head(torch.cat([up, query_pos[nodes]], dim=-1)),
         )
 
+    def quadratic(self, data: Data) -> str | None:
+        if self.uses_grid_path(data) or getattr(data, "latent_pos", None) is not None:
+            return None
+        field = getattr(self.cross_down, "field", {})
+        if "k" not in field and "radius" not in field:
+            return (
+                "its latent mesh is the input mesh, to which its cross attention attends from "
+                "every node (global, or a quantile field that grows with the mesh); train it "
+                "with a latent mesh (--latent-points 256) or a k-nearest cross attention (k=16)"
+            )
+        if self.config["attention"] == "softmax":
+            return "its softmax attention weighs every pair of nodes; use galerkin attention"
+        return None
+
     def _check_split(self, data: Data) -> None:
         """What :meth:`forward_chunked` cannot split over processes, refused with what to do."""
         name = "Fourier" if self.config["attention"] == "fourier" else "Galerkin"

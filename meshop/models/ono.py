@@ -215,6 +215,14 @@ class ONO(Operator):
             )
         return h if is_query is None else h[is_query]
 
+    def quadratic(self, data: Data) -> str | None:
+        if self.config["feature_attention"] == "softmax":
+            return (
+                "its softmax feature attention weighs every pair of nodes; train it with "
+                "feature_attention='galerkin' or 'linear'"
+            )
+        return None
+
     def _nodes(self, data: Data):
         """Mesh nodes followed by the query nodes (see :func:`meshop.data.nodes_with_queries`)."""
         return nodes_with_queries(data, self.features(data))

@@ -231,6 +231,19 @@ class PiT(Operator):
             )
         return walk.map(lambda nodes: self.head(u[nodes]), len(u))
 
+    def quadratic(self, data: Data) -> str | None:
+        if getattr(data, "latent_pos", None) is None:
+            return (
+                "its latent mesh is the input mesh, on which every processor block attends "
+                "among all the nodes; train it with a latent mesh (--latent-points 256)"
+            )
+        if len(self.decoder_processor):
+            return (
+                f"its decoder_layers={len(self.decoder_processor)} attend among all the query "
+                f"points; train it with decoder_layers=0, or predict at fewer --query points"
+            )
+        return None
+
     def _check_split(self, data: Data) -> None:
         """What :meth:`forward_chunked` cannot split over processes, refused with what to do."""
         if getattr(data, "latent_pos", None) is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,7 +197,11 @@ def predict_in_chunks(model: torch.nn.Module, data: Data, chunk_nodes: int | Non
 
 @torch.no_grad()
 def predict(
-    model: torch.nn.Module, ckpt: dict[str, Any], data: Data, chunk_nodes: int | None = None
+    model: torch.nn.Module,
+    ckpt: dict[str, Any],
+    data: Data,
+    chunk_nodes: int | None = None,
+    quadratic_ok: bool = False,
 ) -> torch.Tensor:
     """Predictions [N_query, C_out] of a checkpoint's model on one domain (physical units).
 
@@ -205,10 +210,53 @@ def predict(
     evaluation mode (no dropout; running statistics read, not updated) and is left in the mode it
     was given in. Meshes of more than :data:`~meshop.train.memory.CHUNK_FROM` nodes (input plus
     query) are evaluated in chunks (:func:`predict_in_chunks`, the same
-    numbers in bounded memory); ``chunk_nodes`` sets the chunk (0: never chunk).
+    numbers in bounded memory); ``chunk_nodes`` sets the chunk (0: never chunk). A model whose
+    cost grows with the square of the nodes is refused on large meshes (:func:`check_quadratic`)
+    unless ``quadratic_ok``.
     """
     check_compatible(data, ckpt["data"], "the mesh")
-    return predict_in_chunks(model, latent_of(ckpt)(data), chunk_nodes)
+    data = latent_of(ckpt)(data)
+    if not quadratic_ok:
+        check_quadratic(model, data)
+    return predict_in_chunks(model, data, chunk_nodes)
+
+
+#: nodes (input plus query) above which :func:`predict` refuses a model whose cost grows with
+#: the square of the nodes
+QUADRATIC_FROM = 200_000
+#: nodes of the subset that :func:`check_quadratic` times to estimate the whole prediction
+QUADRATIC_PROBE = 4096
+
+
+def check_quadratic(model: torch.nn.Module, data: Data) -> None:
+    """Refuse, before the prediction, a model whose cost on ``data`` grows with the square of
+    its nodes (:meth:`meshop.models.Operator.quadratic`) when ``data`` has more than
+    :data:`QUADRATIC_FROM` nodes, with the time it would take: the model timed on a random
+    subset of :data:`QUADRATIC_PROBE` of the nodes (no query points, equal weights), scaled by
+    the square of the ratio.
+
+    Raises:
+        ConfigError: what makes the model quadratic, its estimated time, and what avoids it.
+    """
+    inner = model.model if isinstance(model, NormalizedModel) else model
+    reason = inner.quadratic(data) if hasattr(inner, "quadratic") else None
+    nodes = total_nodes(data)
+    if reason is None or nodes <= QUADRATIC_FROM:
+        return
+    keep = torch.randperm(len(data.pos), generator=torch.Generator().manual_seed(0))
+    keep = keep[:QUADRATIC_PROBE].sort().values.to(data.pos.device)
+    probe = Data(**{key: data[key][keep] for key in ("pos", "x") if key in data})
+    for key in ("params", "latent_pos"):  # per sample, not per node
+        if key in data:
+            probe[key] = data[key]
+    start = time.perf_counter()
+    predict_in_chunks(model, probe, 0)
+    seconds = (time.perf_counter() - start) * (nodes / len(probe.pos)) ** 2
+    raise ConfigError(
+        f"the model's cost grows with the square of the nodes on this mesh ({nodes:,} nodes, "
+        f"about {seconds / 60:,.0f} minutes estimated from a {len(probe.pos):,}-node subset): "
+        f"{reason}; or pass quadratic_ok=True (meshop predict --quadratic-ok) to run it anyway"
+    )
 
 
 def vtu_points(path: str | os.PathLike) -> int | None:
@@ -412,6 +460,7 @@ def predict_file(
     inputs: Sequence[str] | None = None,
     chunk_nodes: int | None = None,
     progress: bool = False,
+    quadratic_ok: bool = False,
 ) -> tuple[Path, torch.Tensor]:
     """Read ``mesh`` (any meshio format), predict at its nodes or at ``query`` points (CSV or mesh
     file), write ``out``: a mesh file with the predictions as point data, or CSV for ``.csv``.
@@ -427,7 +476,9 @@ def predict_file(
     gone through on a tqdm bar (stderr, on a terminal).
 
     The memory the prediction needs is checked (:func:`check_memory`) before the mesh is read
-    when its header gives its size (``.vtu``), and before the model runs otherwise.
+    when its header gives its size (``.vtu``), and before the model runs otherwise; a model
+    whose cost grows with the square of the nodes is refused on large meshes unless
+    ``quadratic_ok`` (:func:`check_quadratic`).
 
     Returns:
         ``(written path, predictions [N_query, C_out])``.
@@ -452,7 +503,7 @@ def predict_file(
         disable=not progress or None,
     )
     with bar, reporting_chunks(bar.update):
-        pred = predict(model, ckpt, data, chunk_nodes)
+        pred = predict(model, ckpt, data, chunk_nodes, quadratic_ok)
     fields = split_fields(pred, checkpoint_fields(ckpt, "target"))
     out = Path(out)
     if out.suffix.lower() == ".csv":
