@@ -57,15 +57,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--inputs", default="raw")
     parser.add_argument("--set", action="append", default=[], metavar="PART.KEY=VALUE")
     parser.add_argument("--target", default="burgers", choices=("burgers", "smooth", "mean"))
-    parser.add_argument("--drift", action="store_true")
     parser.add_argument("--slice-init", default=None, choices=("ortho",))
     parser.add_argument("--temperature", type=float, default=None)
-    parser.add_argument("--local-slices", action="store_true")
-    parser.add_argument("--roll", action="store_true")
-    parser.add_argument("--slices-report", action="store_true")
-    parser.add_argument("--floor", action="store_true")
-    parser.add_argument("--table", action="store_true")
     parser.add_argument("--log", type=Path, default=LOG)
+    for flag in ("--drift", "--local-slices", "--roll", "--slices-report", "--floor", "--table"):
+        parser.add_argument(flag, action="store_true")
     return parser.parse_args(argv)
 
 
@@ -140,13 +136,9 @@ def add_local_slices(net, n: int) -> None:
         b = len(x) // n
         return conv(x.view(b, n, -1).transpose(1, 2)).transpose(1, 2).reshape(len(x), -1)
 
-    class GridConv(nn.Module):
-        def __init__(self, conv):
-            super().__init__()
-            self.conv = conv
-
+    class GridConv(nn.Conv1d):
         def forward(self, x):
-            return on_grid(self.conv, x)
+            return on_grid(super().forward, x)
 
     def slice_weights(self, x):
         inv_t = 1.0 / self.temperature
@@ -158,10 +150,9 @@ def add_local_slices(net, n: int) -> None:
     for block in net.blocks:
         attn = block.attn
         inner = attn.heads * attn.head_channels
-        attn.conv_x = nn.Conv1d(attn.channels, inner, 3, padding=1, padding_mode="circular")
-        attn.lin_fx = GridConv(
-            nn.Conv1d(attn.channels, inner, 3, padding=1, padding_mode="circular")
-        )
+        options = dict(padding=1, padding_mode="circular")
+        attn.conv_x = nn.Conv1d(attn.channels, inner, 3, **options)
+        attn.lin_fx = GridConv(attn.channels, inner, 3, **options)
         attn._slice_weights = types.MethodType(slice_weights, attn)
 
 
@@ -177,16 +168,12 @@ def slices_report(net, trainer) -> list[dict]:
     with torch.no_grad():
         trainer.model.eval()
         trainer.model(batch)
+        weights = [(mod, mod.slice_weights(x)) for mod, x in inputs]
         report = []
-        for mod, x in inputs:
-            s = mod.slice_weights(x)
-            report.append(
-                {
-                    "max_slice_weight": round(float(s.max(-1).values.mean()), 4),
-                    "node_std": round(float(s.std(0).mean()), 5),
-                    "temperature": [round(t, 3) for t in mod.temperature.tolist()],
-                }
-            )
+        for mod, s in weights:
+            report.append({"max_slice_weight": round(float(s.max(-1).values.mean()), 4)})
+            report[-1]["node_std"] = round(float(s.std(0).mean()), 5)
+            report[-1]["temperature"] = [round(t, 3) for t in mod.temperature.tolist()]
     for hook in hooks:
         hook.remove()
     return report
@@ -218,15 +205,12 @@ def trial(args) -> dict:
     start = time.perf_counter()
     trainer = Trainer(net, data, config=config)
     metrics = trainer.fit()
-    changes = [
-        "drift" if args.drift else "",
-        "local slices" if args.local_slices else "",
-        "random shifts" if args.roll else "",
-        f"slice-init {args.slice_init}" if args.slice_init else "",
-        f"temperature {args.temperature}" if args.temperature is not None else "",
-    ]
+    changes = {"drift": args.drift, "local slices": args.local_slices, "random shifts": args.roll}
+    changes[f"slice-init {args.slice_init}"] = args.slice_init
+    changes[f"temperature {args.temperature}"] = args.temperature is not None
     record = {"model": args.model, "inputs": args.inputs, "target": args.target}
-    record.update(change=" ".join(c for c in changes if c), settings=args.set, epochs=args.epochs)
+    record.update(change=" ".join(c for c, on in changes.items() if on), settings=args.set)
+    record["epochs"] = args.epochs
     record["parameters"] = sum(p.numel() for p in net.parameters())
     record.update(test_rel_l2=metrics["test_rel_l2"], train_loss=metrics["train_loss"])
     record["seconds"] = round(time.perf_counter() - start, 1)

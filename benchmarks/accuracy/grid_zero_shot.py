@@ -1,9 +1,6 @@
 """Zero-shot super-resolution of the Galerkin / Fourier Transformer's 2D grid path, stage by stage:
-a checkpoint (several: the mean of their errors) evaluated on its test fields at the training grid
-and the 2x and 4x finer grids, with the grid path's choices that could follow the input grid taken
-from the training grid instead, one more per row (:data:`STAGES`: the encoder's coarse grid, the
-CiNNs' middle grids, the fine-grid stencil, the spectral regressor's grid). The first row takes
-every grid as its own training grid; the last row is the model's own forward.
+a checkpoint (several: their mean) on its test fields at the training grid and 2x and 4x finer,
+with one more of :data:`STAGES` taken on the training grid per row (the last row: the model).
 
     python -m benchmarks.accuracy.grid_zero_shot runs/accuracy/darcy-galerkin-seed{0,1}
 """

@@ -1,17 +1,10 @@
-"""Accuracy on meshes of up to a million nodes: PiT trained on DarcyMesh (its preset) on every node
-and on a random ``--node-fraction`` of the nodes per step (``TrainConfig.node_fraction``), the same
-samples, seed and epochs, then evaluated zero-shot on the same test domains meshed up to 16 times
-finer than the training meshes (``--train-refinement`` to ``--finest``, the first ``--num-test``
-test samples of each level), in chunks above the model's limit. Every step (the generation of each
-level, each training run, each evaluation) runs in a fresh process, ``--jobs`` at a time, one
-torch thread; reported: errors per level, nodes, times, peak memory and the machine's load.
+"""Accuracy on meshes of up to a million nodes: PiT trained on DarcyMesh on every node and on a
+random fraction of the nodes per step, evaluated zero-shot on the same test domains meshed up to
+16 times finer; every step in a fresh process, ``--jobs`` at a time, one torch thread.
 
     python -m benchmarks.accuracy.large_mesh_zero_shot           # the full run (46 min, loaded)
     python -m benchmarks.accuracy.large_mesh_zero_shot --quick   # smoke test: tiny, seconds
     python -m benchmarks.accuracy.large_mesh_zero_shot --tables-from RESULTS.json  # redraw
-
-The generated data is cached in the data root (``--data-dir``, else ``$MESHOP_DATA``, else
-``datasets/``); checkpoints go to ``--runs`` (default ``runs/large_mesh_zero_shot``).
 """
 
 from __future__ import annotations
@@ -112,10 +105,8 @@ def training_case(device: str, run):
 def evaluation_case(
     device: str, checkpoint: str, data_dir: str, overrides: dict, chunk_nodes, listing
 ):
-    """The per-sample test errors of a checkpoint on its test split with ``overrides`` (another
-    refinement), one mesh at a time: the test meshes are read before the step; the step makes
-    their latent meshes and evaluates (in chunks above the model's limit) and writes the errors,
-    the nodes and the chunk to the JSON file ``listing``."""
+    """A checkpoint's per-sample errors on its test split with ``overrides`` (read before the
+    step), one mesh at a time, into the JSON file ``listing`` with the nodes and the chunk."""
     model, ckpt = load_model(checkpoint)
     if chunk_nodes is not None:
         model.chunk_nodes = chunk_nodes
@@ -268,108 +259,50 @@ class Tables:
     def errors(self) -> str:
         rows = []
         for level in self.levels:
-            a, b = (self.evaluated[name, level] for name in self.names)
-            firsts = [self.first(name, level) for name in self.names]
-            rows.append(
-                [
-                    self.level_name(level),
-                    f"{common.mean(a['nodes']):,.0f} ({min(a['nodes']):,} to {max(a['nodes']):,})",
-                    a["samples"],
-                    f"{a['test_rel_l2']:.4f}",
-                    f"{b['test_rel_l2']:.4f}",
-                    f"{b['test_rel_l2'] / a['test_rel_l2']:.2f}",
-                    f"{firsts[0]:.4f} / {firsts[1]:.4f} ({firsts[1] / firsts[0]:.2f})",
-                ]
-            )
+            a, b = (self.evaluated[name, level]["test_rel_l2"] for name in self.names)
+            f, g = (self.first(name, level) for name in self.names)
+            r = self.evaluated[self.names[0], level]
+            nodes = f"{common.mean(r['nodes']):,.0f} ({min(r['nodes']):,} to {max(r['nodes']):,})"
+            rows.append([self.level_name(level), nodes, r["samples"], f"{a:.4f}", f"{b:.4f}"])
+            rows[-1] += [f"{b / a:.2f}", f"{f:.4f} / {g:.4f} ({g / f:.2f})"]
         headers = ["refinement", "nodes per mesh (mean, range)", "test meshes", "every node"]
         headers += [self.fraction, "ratio"]
         headers.append(f"the first {self.common} meshes: every node / fraction (ratio)")
         return common.markdown_table(headers, rows)
 
     def costs(self) -> str:
-        rows = []
+        rows, t, mb = [], common.fmt_time, common.fmt_mb
         for level in self.levels:
             gen = self.generated.get(("test", level))
-            made = gen is not None and gen["generated"]
             pair = [self.evaluated[name, level] for name in self.names]
-            rows.append(
-                [
-                    self.level_name(level),
-                    common.fmt_time(gen["time_s"] / len(gen["nodes"])) if made else "cached",
-                    common.fmt_mb(gen["peak_mb"]) if made else "-",
-                    " / ".join(common.fmt_time(r["time_s"] / r["samples"]) for r in pair),
-                    " / ".join(common.fmt_mb(r["peak_mb"]) for r in pair),
-                    f"{pair[0]['chunk_nodes']:,}" if pair[0]["chunk_nodes"] else "whole",
-                ]
-            )
+            row = [self.level_name(level), "cached", "-"]
+            if gen is not None and gen["generated"]:
+                row[1:] = [t(gen["time_s"] / len(gen["nodes"])), mb(gen["peak_mb"])]
+            row += [" / ".join(t(r["time_s"] / r["samples"]) for r in pair)]
+            row += [" / ".join(mb(r["peak_mb"]) for r in pair)]
+            chunk = pair[0]["chunk_nodes"]
+            rows.append([*row, f"{chunk:,}" if chunk else "whole"])
         headers = "refinement|generation per mesh|generation peak memory|evaluation per mesh: "
         headers += "every node / fraction|evaluation peak memory|chunks of (nodes)"
         return common.markdown_table(headers, rows)
 
     def training(self) -> str:
         nodes = self.generated[("train", self.trained[0]["refinement"])]["nodes"]
-        rows = [
-            [
-                r["run"],
-                f"{common.mean(nodes) * r['node_fraction']:,.0f}",
-                r["epochs"],
-                common.fmt_time(r["train_seconds"]),
-                common.fmt_time(side_by_side_epoch(r, self.trained)),
-                common.fmt_time(r["time_s"]),
-                common.fmt_mb(r["peak_mb"]),
-                f"{r['test_rel_l2']:.4f}",
-                f"{r['load_average']:.1f}",
-            ]
-            for r in self.trained
-        ]
+        rows, t, mb = [], common.fmt_time, common.fmt_mb
+        for r in self.trained:
+            row = [r["run"], f"{common.mean(nodes) * r['node_fraction']:,.0f}", r["epochs"]]
+            row += [t(r["train_seconds"]), t(side_by_side_epoch(r, self.trained)), t(r["time_s"])]
+            row += [mb(r["peak_mb"]), f"{r['test_rel_l2']:.4f}"]
+            rows.append([*row, f"{r['load_average']:.1f}"])
         headers = "run|nodes per sample per step (mean)|epochs|training (epochs)|per epoch while "
         headers += "both trained|whole run|peak memory|test rel. L2 at refinement "
         headers += f"{self.trained[0]['refinement']}|load"
         return common.markdown_table(headers, rows)
 
-    def findings(self, wall_seconds: float | None) -> str:
-        """The comparison in words, computed from the records."""
-        (full, part), low, high = self.trained, self.levels[0], self.levels[-1]
-        at_low = self.evaluated[part["run"], low]["test_rel_l2"]
-        at_low /= self.evaluated[full["run"], low]["test_rel_l2"]
-        same = [
-            self.first(part["run"], level) / self.first(full["run"], level) for level in self.levels
-        ]
-        text = [
-            f"Trained on {self.fraction} per step, the model's mean test error at the training "
-            f"refinement is {at_low:.2f}x the full-mesh model's on the "
-            f"{self.evaluated[full['run'], low]['samples']} test meshes, and {min(same):.2f}x to "
-            f"{max(same):.2f}x on the first {self.common} test domains at refinements {low} to "
-            f"{high}."
-        ]
-        epochs = [side_by_side_epoch(r, self.trained) for r in self.trained]
-        if None not in epochs:
-            text.append(
-                f"While the two runs trained side by side, an epoch on {self.fraction} took "
-                f"{epochs[1] / epochs[0]:.2f}x the time of an epoch on every node (whole runs: "
-                f"{part['train_seconds'] / full['train_seconds']:.2f}x, the one that ended last "
-                "trained its last epochs alone)."
-            )
-        for run, on in ((full, "every node"), (part, self.fraction)):
-            nodes = common.mean(self.evaluated[run["run"], high]["nodes"][: self.common])
-            growth = self.first(run["run"], high) / self.first(run["run"], low)
-            text.append(
-                f"On the first {self.common} test domains, the model trained on {on} has at "
-                f"refinement {high} ({nodes:,.0f} nodes per mesh) {growth:.2f}x its error at "
-                f"refinement {low}."
-            )
-        loads = [r["load_average"] for r in self.records if "load_average" in r]
-        text.append(
-            f"The machine's one-minute load average was {min(loads):.1f} to {max(loads):.1f} when "
-            "the steps started (2 cores: above 2, other jobs shared them; the times are then upper "
-            "bounds, the errors are not affected)"
-            + (f"; the whole command took {wall_seconds / 60:.1f} min." if wall_seconds else ".")
-        )
-        return " ".join(text)
 
-
-def tables(records: list[dict], wall_seconds: float | None = None) -> dict[str, str]:
-    """The error table, the training table, the cost table and what they show."""
+def tables(records: list[dict]) -> dict[str, str]:
+    """The error table, the training table and the cost table (what they show is in
+    docs/large_meshes.md)."""
     t = Tables(records)
     full, nodes = t.trained[0], t.generated[("train", t.trained[0]["refinement"])]["nodes"]
     caption = (
@@ -380,7 +313,6 @@ def tables(records: list[dict], wall_seconds: float | None = None) -> dict[str, 
         f"Mean test relative L2 per refinement ({caption})": t.errors(),
         "Training: every node against a fraction of the nodes per step": t.training(),
         "Generation and evaluation per refinement": t.costs(),
-        "What the tables show": t.findings(wall_seconds),
     }
 
 
@@ -389,8 +321,7 @@ def main(argv=None) -> None:
     if args.tables_from is not None:
         data = json.loads(args.tables_from.read_text())
         records = data["records"]
-        wall = next((r["wall_seconds"] for r in records if r["kind"] == "command"), None)
-        common.write_results(NAME, TITLE, args, tables(records, wall), records, data["machine"])
+        common.write_results(NAME, TITLE, args, tables(records), records, data["machine"])
         return
     # the fork server of the steps keeps the environment it started with: name the data root
     args.data_dir = str(data_root(args.data_dir))
@@ -403,7 +334,7 @@ def main(argv=None) -> None:
         records += evaluate(args, trained, level)
     elapsed = time.perf_counter() - start
     records.append({"kind": "command", "wall_seconds": elapsed})
-    common.write_results(NAME, TITLE, args, tables(records, elapsed), records)
+    common.write_results(NAME, TITLE, args, tables(records), records)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,6 @@
 """Accuracy: every model on every generated dataset under a stated budget, with zero-shot
-evaluation on finer grids and meshes (docs/benchmarks.md, "Accuracy", describes the method).
-
-Each (dataset, model) pair is trained the way ``meshop train`` does it (the pair's presets), on the
-same splits with the same seed, for a number of epochs: :data:`EPOCHS` by default, ``--epochs``,
-``--minutes`` (one epoch timed first) or ``--equal-time SECONDS`` (the time over the pair's CPU
-time per epoch frozen by ``--calibrate`` in ``epoch_seconds.json``, so that the table reruns
-exactly); ``--seeds`` trains every pair once per training seed on the same data. The Darcy models
-are evaluated on the same test fields sampled 2x and 4x finer, the DarcyMesh models on the same
-test domains meshed 2x and 4x finer. The project's own result files (``--out`` left out) update
-the README's marked ``accuracy`` table.
+evaluation on finer grids and meshes (docs/benchmarks.md, "Accuracy", describes the method). The
+project's own result files (``--out`` left out) update the README's marked ``accuracy`` table.
 
     python -m benchmarks.accuracy.model_table --jobs 2           # the full table, 2 runs at a time
     python -m benchmarks.accuracy.model_table --jobs 2 --resume  # go on after an interruption
@@ -16,9 +8,6 @@ the README's marked ``accuracy`` table.
     python -m benchmarks.accuracy.model_table --calibrate --jobs 2  # each pair's time per epoch
     python -m benchmarks.accuracy.model_table --equal-time 150 --seeds 0,1 \
         --single-seed darcy,burgers --jobs 2                    # the table of the README
-
-The generated data is cached in the data root (``--data-dir``, else ``$MESHOP_DATA``, else
-``datasets/``) and generated before any training starts; checkpoints go to ``--runs``.
 """
 
 from __future__ import annotations
@@ -41,13 +30,7 @@ from meshop.train.run import evaluate_run, train_run
 
 MODELS = ("pit", "galerkin", "fourier", "ono", "transolver", "mlp")
 #: epochs of each model (in the order of :data:`MODELS`) on each dataset (the default budget);
-#: the operators on the mesh datasets get more (the mesh problems need more steps). PiT: 150
-#: epochs on Elasticity (0.098 after 40, 0.064 after 150; 450 epochs gave 0.074 with a training
-#: loss of 0.022: 200 samples are then overfitted; 1000 samples for 60 epochs gave 0.0559 with a
-#: training loss of 0.044 in 18.5 min: `meshop train --dataset elasticity --model pit --dataset-arg
-#: num_train=1000 --dataset-arg num_test=50 --epochs 60 --threads 1`), 100 on Airfoil (0.142
-#: after 50, 0.105 after 100), 60 on DarcyMesh with 400 training samples (0.049; with 200, 100
-#: epochs gave 0.051).
+#: the operators on the mesh datasets get more (the mesh problems need more steps)
 EPOCHS: dict[tuple[str, str], int] = {
     (dataset, model): epochs
     for dataset, row in {
@@ -67,23 +50,19 @@ README = common.ROOT / "README.md"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = common.parser(__doc__.splitlines()[0], "tiny data, one epoch (smoke test)")
     add = p.add_argument
-    add("--quick", action="store_true", help="tiny data, one epoch (smoke test)")
     add("--datasets", default=",".join(DATASETS), help="comma-separated names")
     add("--models", default=",".join(MODELS), help="comma-separated names")
-    add("--minutes", type=float, default=None, help="a time budget per model")
     add("--epochs", type=int, default=None, help="these epochs for every model")
     add("--equal-time", type=float, default=None, help=f"seconds per pair, from {EPOCH_SECONDS}")
     add("--calibrate", action="store_true", help=f"time an epoch of every pair: {EPOCH_SECONDS}")
-    add("--threads", type=int, default=1, help="torch threads (default: 1)")
     add("--jobs", type=int, default=1, help="runs side by side, one process each")
     add("--seed", type=int, default=0, help="the data's seed (and the training's)")
     add("--seeds", default=None, help="comma-separated training seeds (default: --seed)")
     add("--single-seed", default="", help="datasets trained with the first of --seeds only")
     add("--data-dir", default=None, help="data root of the generated datasets")
     add("--runs", type=Path, default=Path("runs/accuracy"))
-    add("--out", type=Path, default=common.RESULTS, help="folder of the result files")
     add("--tables-from", type=Path, default=None, help="redraw the tables of an accuracy.json")
     add("--update", action="store_true", help="merge into the existing accuracy.json")
     add("--forget", default="", help="with --update: datasets whose older rows are dropped")
@@ -91,8 +70,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     args.single_seed = [d for d in args.single_seed.split(",") if d]
-    if sum(x is not None for x in (args.minutes, args.epochs, args.equal_time)) > 1:
-        p.error("give one budget: --minutes, --epochs or --equal-time")
+    if args.epochs is not None and args.equal_time is not None:
+        p.error("give one budget: --epochs or --equal-time")
     return args
 
 
@@ -103,8 +82,6 @@ def budget(args) -> str:
             f"{args.equal_time:g} s of training (epochs: that time over the pair's CPU time per "
             f"epoch, frozen in benchmarks/results/{EPOCH_SECONDS})"
         )
-    if args.minutes is not None:
-        return f"{args.minutes:g} min of training"
     if args.epochs is not None or args.quick:
         return f"{args.epochs or 1} epochs"
     return "the epochs of the table (benchmarks/accuracy/model_table.py: EPOCHS)"
@@ -126,18 +103,13 @@ def zero_shot_tests(dataset: str, args) -> list[dict]:
 
 
 def epochs_in_budget(dataset: str, model: str, args) -> tuple[int, float]:
-    """(epochs that fit the time budget, seconds of the timed first epoch)."""
+    """(epochs of the budget, the CPU time per epoch that divided a time budget)."""
     if args.equal_time is not None:
         seconds = frozen_epoch_seconds(args)[dataset, model]
         return max(1, round(args.equal_time / seconds)), seconds
-    if args.minutes is None:
-        if args.epochs is not None or args.quick:
-            return args.epochs or 1, float("nan")
-        return EPOCHS[dataset, model], float("nan")
-    out = args.runs / "timing" / f"{dataset}-{model}"
-    train_run(run_config(dataset, model, 1, out, args), figures=False, log=lambda *_: None)
-    seconds = load_model(out)[1]["history"][0]["epoch_seconds"]
-    return max(1, int(args.minutes * 60 // seconds)), seconds
+    if args.epochs is not None or args.quick:
+        return args.epochs or 1, float("nan")
+    return EPOCHS[dataset, model], float("nan")
 
 
 def seeds_of(dataset: str, args) -> list[int]:
@@ -156,39 +128,20 @@ def train_pair(dataset: str, model: str, args) -> dict:
         config = run_config(dataset, model, epochs, out, args, train_seed=seed)
         metrics = train_run(config, figures=False, log=lambda *_: None)
         net, ckpt = load_model(out)
-        runs[seed] = {
-            "test_rel_l2": metrics["test_rel_l2"],
-            "test_rel_l2_median": metrics["test_rel_l2_median"],
-            "train_seconds": sum(h["epoch_seconds"] for h in ckpt["history"]),
-            "checkpoint": str(out),
-        }
-    record = {
-        "dataset": dataset,
-        "model": model,
-        "epochs": epochs,
-        "timed_epoch_seconds": epoch_seconds,
-        "options": dataset_options(dataset, args),
-        "parameters": sum(p.numel() for p in net.parameters()),
-        **{
-            k: common.mean(r[k] for r in runs.values())
-            for k in ("test_rel_l2", "test_rel_l2_median")
-        },
-        "train_seconds": common.mean(r["train_seconds"] for r in runs.values()),
-        "load_average": load,
-        "checkpoint": runs[args.seeds[0]]["checkpoint"],
-    }
+        runs[seed] = {k: metrics[k] for k in ("test_rel_l2", "test_rel_l2_median")}
+        runs[seed]["train_seconds"] = sum(h["epoch_seconds"] for h in ckpt["history"])
+        runs[seed]["checkpoint"] = str(out)
+    record = dict(dataset=dataset, model=model, epochs=epochs, timed_epoch_seconds=epoch_seconds)
+    record.update(options=dataset_options(dataset, args))
+    record["parameters"] = sum(p.numel() for p in net.parameters())
+    for key in ("test_rel_l2", "test_rel_l2_median", "train_seconds"):
+        record[key] = common.mean(r[key] for r in runs.values())
+    record.update(load_average=load, checkpoint=runs[args.seeds[0]]["checkpoint"])
     if len(runs) > 1:
         errors = [r["test_rel_l2"] for r in runs.values()]
         record["seeds"] = runs
         record["spread"] = max(errors) - min(errors)
     return record
-
-
-def checkpoints(record: dict) -> list[str]:
-    """The checkpoints of a record: one per training seed."""
-    if "seeds" in record:
-        return [run["checkpoint"] for run in record["seeds"].values()]
-    return [record["checkpoint"]]
 
 
 def frozen_epoch_seconds(args) -> dict[tuple[str, str], float]:
@@ -223,11 +176,7 @@ def calibrate_pair(dataset: str, model: str, args) -> dict:
 def calibrate(pairs: list[tuple[str, str]], args) -> None:
     """Write :data:`EPOCH_SECONDS` (and its table) for ``pairs``, merged into the existing
     file's other pairs."""
-    if args.jobs > 1 and len(pairs) > 1:
-        with common.spawn_pool(args.jobs) as pool:
-            records = list(pool.map(calibrate_pair, *zip(*pairs), [args] * len(pairs)))
-    else:
-        records = [calibrate_pair(d, m, args) for d, m in pairs]
+    records = common.in_processes(calibrate_pair, [(d, m, args) for d, m in pairs], args.jobs)
     path = args.out / EPOCH_SECONDS
     info = {**common.machine(), "threads": args.threads, "seed": args.seed}
     for record in records:  # each pair with its own measurement: calibrations merge
@@ -244,15 +193,9 @@ def write_epoch_table(path: Path) -> str:
     """The Markdown table (printed and written beside it) of an :data:`EPOCH_SECONDS` file."""
     data = json.loads(path.read_text())
     info, records = data["machine"], data["records"]
+    times = [[common.fmt_time(r[k]) for k in ("epoch_seconds", "wall_seconds")] for r in records]
     rows = [
-        [
-            r["dataset"],
-            NAMES[r["model"]],
-            common.fmt_time(r["epoch_seconds"]),
-            common.fmt_time(r["wall_seconds"]),
-            r.get("date", "-"),
-        ]
-        for r in records
+        [r["dataset"], NAMES[r["model"]], *t, r.get("date", "-")] for r, t in zip(records, times)
     ]
     commands = sorted({r.get("command", info["command"]) for r in records})
     header = (
@@ -280,10 +223,11 @@ def pair_record(dataset: str, model: str, args) -> dict:
     if field and (dataset == "darcy-mesh" or model != "mlp"):
         first = dataset_options("darcy", args)["resolution"] if dataset == "darcy" else 0
         errors = {first: record["test_rel_l2"]}
+        runs = record.get("seeds", {"": record}).values()  # a checkpoint per training seed
         for test in zero_shot_tests(dataset, args):
             errors[next(iter(test.values()))] = common.mean(
-                evaluate_run(path, args.data_dir, test, batch_size=4)["test_rel_l2"]
-                for path in checkpoints(record)
+                evaluate_run(run["checkpoint"], args.data_dir, test, batch_size=4)["test_rel_l2"]
+                for run in runs
             )
         record[field] = errors
     error, seconds = record["test_rel_l2"], record["train_seconds"]
@@ -304,14 +248,8 @@ def generate(dataset: str, args) -> None:
 def generate_all(datasets: list[str], args) -> None:
     """Generate the datasets, ``args.jobs`` at a time (one process each: every dataset writes its
     own files), before any training starts."""
-    for dataset in datasets:
-        common.progress(f"generating {dataset}")
-    if args.jobs > 1 and len(datasets) > 1:
-        with common.spawn_pool(args.jobs) as pool:
-            list(pool.map(generate, datasets, [args] * len(datasets)))
-    else:
-        for dataset in datasets:
-            generate(dataset, args)
+    common.progress(f"generating {', '.join(datasets)}")
+    common.in_processes(generate, [(dataset, args) for dataset in datasets], args.jobs)
     common.progress("data ready")
 
 
@@ -373,8 +311,8 @@ def longest_first(pairs: list[tuple[str, str]], args) -> list[tuple[str, str]]:
     def cost(pair: tuple[str, str]) -> float:
         if pair not in per_epoch:
             return float("inf")
-        if args.minutes is not None or args.equal_time is not None:  # the same time for all
-            return args.minutes or args.equal_time
+        if args.equal_time is not None:  # the same time for all
+            return args.equal_time
         return per_epoch[pair] * ((args.epochs or 1) if args.epochs or args.quick else EPOCHS[pair])
 
     return sorted(pairs, key=cost, reverse=True)
@@ -422,12 +360,8 @@ def merged(path: Path, info: dict, records: list[dict], forget: str) -> tuple[di
     (each noted as measured later, with its command, date and budget), less the older records of
     the datasets in ``forget``; the table keeps its first measurement's header."""
     old = json.loads(path.read_text())
-    note = {
-        "what": "measured",
-        "date": info["date"],
-        "command": info["command"],
-        "why": f"(budget: {info['budget']}, {info['threads']} thread(s))",
-    }
+    note = {"what": "measured", "date": info["date"], "command": info["command"]}
+    note["why"] = f"(budget: {info['budget']}, {info['threads']} thread(s))"
     new = {(r["dataset"], r["model"]): {**r, "rerun": note} for r in records}
     dropped = {d for d in forget.split(",") if d}
     kept = [
@@ -495,7 +429,7 @@ def dataset_table(records: list[dict], dataset: str) -> tuple[str, str]:
     """(caption, rows measured later and the table) of one dataset's records."""
     mine = [r for r in records if r["dataset"] == dataset]
     seeded = any("seeds" in r for r in mine)
-    # a time budget (--equal-time, --minutes): the time per epoch that divided it
+    # a time budget (--equal-time): the time per epoch that divided it
     timed = all(r.get("timed_epoch_seconds", float("nan")) > 0 for r in mine)
     rows = []
     for r in mine:
@@ -566,9 +500,7 @@ def write_tables(results: Path, path: Path) -> str:
         tables[caption] = common.markdown_table(headers, rows)
     text = common.results_text("Accuracy on the generated datasets", header, tables)
     common.write_text(path.parent, path.stem, text)
-    if (
-        path.parent.resolve() == common.RESULTS
-    ):  # the project's own results: the README follows them
+    if path.parent.resolve() == common.RESULTS:  # the project's own results: the README follows
         common.replace_section(README, "accuracy", summary_table(records))
     return text
 

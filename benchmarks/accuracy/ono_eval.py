@@ -57,13 +57,8 @@ def parse(argv=None):
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default="ono_eval", help="result files <out>/<name>.{md,json}")
-    p.add_argument(
-        "--merge",
-        nargs="+",
-        type=Path,
-        default=None,
-        help="no training: one table from the records of these result files",
-    )
+    merge = "no training: one table from the records of these result files"
+    p.add_argument("--merge", nargs="+", type=Path, default=None, help=merge)
     args = p.parse_args(argv)
     if args.quick:
         args.num_train, args.num_test, args.epochs = 8, 4, 1
@@ -84,13 +79,9 @@ def load_dataset(name: str, num_train: int | None, num_test: int):
         splits = [Darcy(split=s, **options, fine_resolution=61) for s in ("train", "test")]
     else:
         raise SystemExit(f"unknown dataset {name!r}: elasticity or darcy")
-    out = []
-    for split in splits:
-        samples = [split[i] for i in range(len(split))]
-        for d in samples:
-            if "params" in d:
-                del d.params
-        out.append(samples)
+    out = [[split[i] for i in range(len(split))] for split in splits]
+    for d in (d for samples in out for d in samples if "params" in d):
+        del d.params
     return out
 
 
@@ -131,17 +122,9 @@ def condition(model) -> float:
 
 
 def run_case(dataset: str, mode: str, train_set, test_set, args) -> dict:
-    config = TrainConfig(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        optimizer="adam",
-        lr=1e-3,
-        schedule="onecycle",
-        seed=args.seed,
-        eval_every=args.epochs,
-        progress=False,
-        device="cpu",
-    )
+    options = dict(optimizer="adam", lr=1e-3, schedule="onecycle", progress=False, device="cpu")
+    epochs = dict(epochs=args.epochs, eval_every=args.epochs)
+    config = TrainConfig(**epochs, batch_size=args.batch_size, seed=args.seed, **options)
     start = time.perf_counter()
     data = prepare_data(train_set, test_set, config)
     seed_everything(args.seed)

@@ -1,13 +1,8 @@
-"""Preset tuning: train one (dataset, model) pair with settings over its preset, for a fixed number
-of epochs (seeded, so that a trial reruns exactly), and append what was tried and what it gave to
-``benchmarks/results/tuning.jsonl``; ``--table`` prints every trial as Markdown tables.
+"""Preset tuning: one (dataset, model) pair trained with ``--set`` settings over its preset on the
+accuracy table's splits for a fixed number of epochs, appended to ``results/tuning.jsonl``.
 
-    python -m benchmarks.accuracy.tune elasticity pit --epochs 30 --set train.batch_size=4 \
-        --set model.width=96
+    python -m benchmarks.accuracy.tune elasticity pit --epochs 30 --set train.batch_size=4
     python -m benchmarks.accuracy.tune --table > benchmarks/results/tuning.md
-
-The sizes of the splits are those of the accuracy table
-(:data:`benchmarks.lib.training_runs.DATASETS`) unless set with ``--set dataset.num_train=...``.
 """
 
 from __future__ import annotations
@@ -61,21 +56,12 @@ def trial(args) -> dict:
     metrics = train_run(run, figures=False, log=lambda *_: None)
     net, ckpt = load_model(out)
     history = ckpt["history"]
-    return {
-        "dataset": args.dataset,
-        "model": args.model,
-        "epochs": args.epochs,
-        "settings": args.set,
-        "parameters": sum(p.numel() for p in net.parameters()),
-        "test_rel_l2": metrics["test_rel_l2"],
-        "train_loss": history[-1].get("train_loss"),
-        "train_seconds": sum(h["epoch_seconds"] for h in history),
-        "wall_seconds": time.perf_counter() - start,
-        "load_average": load,
-        "date": machine()["date"],
-        "threads": args.threads,
-        "seed": args.seed,
-    }
+    trial = dict(dataset=args.dataset, model=args.model, epochs=args.epochs, settings=args.set)
+    trial.update(parameters=sum(p.numel() for p in net.parameters()))
+    trial.update(test_rel_l2=metrics["test_rel_l2"], train_loss=history[-1].get("train_loss"))
+    trial.update(train_seconds=sum(h["epoch_seconds"] for h in history))
+    trial.update(wall_seconds=time.perf_counter() - start, load_average=load)
+    return trial | dict(date=machine()["date"], threads=args.threads, seed=args.seed)
 
 
 INTRO = """# Preset trials on the mesh datasets

@@ -1,18 +1,10 @@
-"""Accuracy against the authors' code: the Transolver and ONO of meshop and of their authors' public
-repositories (imported from local clones, never copied: :mod:`benchmarks.lib.authors`), trained at
-the same settings on the same uniform-grid data (Darcy 22 x 22, or ``--dataset burgers``) by
-meshop's :class:`~meshop.train.Trainer` with seeds 0 and 1. meshop's ONO is built with the options
-of the authors' ``ONO2`` (``ONO_AUTHORS``); ``--ono-defaults`` adds meshop's defaults.
+"""Accuracy against the authors' code: meshop's Transolver and ONO (as ``ONO2``) and the authors'
+models, imported from local clones (a model without one is skipped), trained alike on the same
+grid data (Darcy 22 x 22, or ``--dataset burgers``) by meshop's trainer with seeds 0 and 1.
 
     python -m benchmarks.accuracy.vs_authors --transolver-dir ~/src/Transolver --ono-dir ~/src/ONO
-    python -m benchmarks.accuracy.vs_authors --quick --transolver-dir ~/src/Transolver
     python -m benchmarks.accuracy.vs_authors --dataset burgers --models transolver \
         --transolver-dir ~/src/Transolver   # writes vs_authors_burgers.{md,json}
-
-A model whose clone is not given (or lacks the authors' file, or a package their module needs)
-is skipped with a message naming what to pass; the result files say so too. Clones:
-``git clone https://github.com/thuml/Transolver`` and ``git clone https://github.com/xzppp/ONO``;
-the ONO module needs ``pip install einops linear-attention-transformer``.
 """
 
 from __future__ import annotations
@@ -59,42 +51,9 @@ EPOCHS = {"transolver": 60, "ono": 60}
 #: the optimisation of both authors' scripts: AdamW (weight decay 1e-5), lr 1e-3, one-cycle with
 #: PyTorch's defaults (from lr/25, peak at 30 %, to lr/25e4), gradient norm clipped at 0.1;
 #: batch 4 as meshop's Darcy preset
-TRAINING = dict(
-    optimizer="adamw",
-    weight_decay=1e-5,
-    lr=1e-3,
-    schedule="onecycle",
-    pct_start=0.3,
-    div_factor=25.0,
-    final_div_factor=1e4,
-    clip=0.1,
-    batch_size=4,
-)
+TRAINING = dict(optimizer="adamw", weight_decay=1e-5, lr=1e-3, schedule="onecycle", pct_start=0.3)
+TRAINING.update(div_factor=25.0, final_div_factor=1e4, clip=0.1, batch_size=4)
 TITLES = {"transolver": "Transolver", "ono": "ONO"}
-#: what the rows of a model's table are (``LIFTED``: the row of meshop's ONO with ``ONO2``'s
-#: lift and initialisation set in the benchmark, in older result files)
-LIFTED = "meshop, ONO2's lift and init"
-ROWS = {
-    "transolver": (
-        "The authors' model adds a learned placeholder (width parameters, initialised uniform "
-        "in [0, 1/width]) to the lifted features; meshop's Transolver has the same sum in the "
-        "bias of its lift's second layer (initialised zero): the same function, width fewer "
-        "parameters."
-    ),
-    "ono": (
-        "meshop: meshop's ONO with the options of the authors' ONO2 (batch whitening with a "
-        "running moment, no value projection, the sum as inner product, linear attention "
-        "without per-head layer norms, coordinates or Q, K, V biases and with the factor "
-        "d_head^-1/2 on the queries' softmax, a one-layer linear lift, a linear last stage, "
-        "every linear layer truncated normal with std 0.02 and zero bias): ONO2 parameter for "
-        "parameter; what remains is the precision of the whitening (meshop float64, the "
-        "authors float32). In result files measured before ONO had feature_qkv_bias and "
-        "feature_query_scale, meshop's Q, K, V projections have biases and the factor "
-        "d_head^-1/2 is left to the output projection; in those measured before ONO had "
-        f"linear_encoder and authors_init, the row '{LIFTED}' is that model (set in the "
-        "benchmark) and the row 'meshop' lacks the lift and the initialisation."
-    ),
-}
 
 
 def parse_args(argv=None):
@@ -148,9 +107,8 @@ def implementations(model: str, args) -> dict:
 
 def train_one(build, model: str, implementation: str, seed: int, prepared, epochs: int) -> dict:
     """Train one implementation with one seed; its test error, size and time."""
-    config = TrainConfig(
-        **TRAINING, epochs=epochs, seed=seed, eval_every=epochs, progress=False, device="cpu"
-    )
+    options = dict(epochs=epochs, seed=seed, eval_every=epochs, progress=False, device="cpu")
+    config = TrainConfig(**TRAINING, **options)
     seed_everything(seed)  # the initial weights
     net = build()
     load = os.getloadavg()[0]
@@ -221,52 +179,8 @@ def write(out: Path, name: str, result: dict, echo=True, redraw=False) -> None:
     common.write_text(out, name, tables(result), None if redraw else result, echo)
 
 
-def verdict(ours: list[float], authors: list[float]) -> str:
-    """A mean error against the authors', measured by the larger of the two seed spreads."""
-    mine, theirs = common.mean(ours), common.mean(authors)
-    width = max(max(ours) - min(ours), max(authors) - min(authors))
-    difference = mine - theirs
-    relative = f"mean {difference / theirs:+.0%} against the authors'"
-    if len(ours) < 2 or len(authors) < 2 or width == 0:
-        return f"{relative}; one seed: no spread to judge by"
-    if abs(difference) <= width:
-        where = "within the seed spread"
-    else:
-        where = f"{'better' if difference < 0 else 'worse'} by more than the seed spread"
-    return f"{relative}, {abs(difference) / width:.2f} times the larger seed spread: {where}"
-
-
-def _power(value: float) -> str:
-    """``1e-3`` for 0.001 (a setting, not a measured figure)."""
-    return f"{value:.0e}".replace("e-0", "e-")
-
-
-def setting(result: dict) -> str:
-    """The data and the training of every run, in words."""
-    t, options = result["training"], result["data"]
-    n, train, test = (options.get(k) for k in ("resolution", "num_train", "num_test"))
-    if options.get("dataset", "darcy") == "darcy":
-        fine = options.get("fine_resolution")
-        data = f"Darcy flow on a {n} x {n} grid ({train} training and {test} test samples, solved "
-        data += f"on {fine} x {fine})"
-        fields = "the coefficient, the coordinates and the pressure"
-    else:
-        data = f"the 1D viscous Burgers equation on {n} points, u0 -> u at t = 1 ({train} "
-        data += f"training and {test} test samples)"
-        fields = "u0, the coordinate and u"
-    return (
-        f"{data}; every run: {t['optimizer']} (lr {_power(t['lr'])}, weight decay "
-        f"{_power(t['weight_decay'])}), one-cycle schedule (div {t['div_factor']:g}, final div "
-        f"{t['final_div_factor']:g}), gradient norm clipped at {t['clip']:g}, batch "
-        f"{t['batch_size']}, per-sample relative L2 loss, Gaussian normalisers of {fields} "
-        "fitted on the training split, meshop's trainer for both implementations. Test error: "
-        "mean per-sample relative L2 on the test split; spread: the largest seed's error less "
-        "the smallest."
-    )
-
-
-def model_table(records: list[dict], model: str) -> tuple[str, dict]:
-    """A model's table of its runs, per implementation, and their errors per seed."""
+def model_table(records: list[dict], model: str) -> str:
+    """A model's table of its runs: per implementation, the errors, losses and times per seed."""
     runs: dict = {}
     for r in (r for r in records if r["model"] == model):
         runs.setdefault(r["implementation"], []).append(r)
@@ -275,24 +189,16 @@ def model_table(records: list[dict], model: str) -> tuple[str, dict]:
     for implementation, mine in runs.items():
         by_seed = {r["seed"]: r["test_rel_l2"] for r in mine}
         errors = [r["test_rel_l2"] for r in mine]
-        rows.append(
-            [
-                implementation,
-                f"{mine[0]['parameters']:,}",
-                mine[-1]["epochs"],
-                *(f"{by_seed[s]:.4f}" if s in by_seed else "-" for s in seeds),
-                f"{common.mean(errors):.4f}",
-                f"{max(errors) - min(errors):.4f}",
-                " / ".join(f"{r['train_loss']:.4f}" for r in mine),
-                " / ".join(f"{r['train_seconds']:.0f} s" for r in mine),
-                " / ".join(f"{r['load_average']:.1f}" for r in mine),
-            ]
-        )
+        row = [implementation, f"{mine[0]['parameters']:,}", mine[-1]["epochs"]]
+        row += [f"{by_seed[s]:.4f}" if s in by_seed else "-" for s in seeds]
+        row += [f"{common.mean(errors):.4f}", f"{max(errors) - min(errors):.4f}"]
+        row.append(" / ".join(f"{r['train_loss']:.4f}" for r in mine))
+        row.append(" / ".join(f"{r['train_seconds']:.0f} s" for r in mine))
+        rows.append([*row, " / ".join(f"{r['load_average']:.1f}" for r in mine)])
     headers = ["implementation", "parameters", "epochs", *(f"seed {s}" for s in seeds)]
     headers += ["mean", "spread", "training loss (last epoch) per seed"]
     headers += ["training time per seed", "load"]
-    errors = {i: [r["test_rel_l2"] for r in mine] for i, mine in runs.items()}
-    return common.markdown_table(headers, rows), errors
+    return common.markdown_table(headers, rows)
 
 
 def tables(result: dict) -> str:
@@ -306,23 +212,13 @@ def tables(result: dict) -> str:
         "core count, other jobs shared the cores: the times are longer than alone, the errors "
         "are not affected)."
     )
-    if records:
-        header += "\n\n" + setting(result)
     sections = {}
     for model in dict.fromkeys([*(r["model"] for r in records), *result["skipped"]]):
         if model in result["skipped"]:
             sections[TITLES[model]] = f"Skipped: {result['skipped'][model]}."
             continue
         sizes = ", ".join(f"{k} {v}" for k, v in result["sizes"][model].items())
-        table, errors = model_table(records, model)
-        parts = [table, *([ROWS[model]] if model in ROWS else [])]
-        if "authors" in errors:
-            parts += [
-                f"{i}: {verdict(e, errors['authors'])}."
-                for i, e in errors.items()
-                if i != "authors"
-            ]
-        sections[f"{TITLES[model]} ({sizes})"] = "\n\n".join(parts)
+        sections[f"{TITLES[model]} ({sizes})"] = model_table(records, model)
     return common.results_text("Accuracy against the authors' code", header, sections)
 
 

@@ -13,19 +13,10 @@ from meshop.nn import LocalPositionAttention, PositionAttention
 
 
 def dense_attention(v, pos_src, pos_dst, lam, quantile=None, k=None):
-    """The papers' code: full squared-distance matrix, for a local field a per-row threshold
-    (``torch.quantile`` of the row, or its k-th smallest entry), softmax over the sources (masked
-    beyond the threshold), einsum.
-
-    Args:
-        v: [N_src, H, C] values (source features times W^V).
-        pos_src, pos_dst: [N_src, D], [N_dst, D] coordinates.
-        lam: [H] positive bandwidths.
-        quantile, k: the receptive field of a local layer (one of them; neither: global).
-
-    Returns:
-        [N_dst, H * C]
-    """
+    """The papers' code, [N_dst, H * C] from the values ``v`` [N_src, H, C], the coordinates and
+    the bandwidths ``lam`` [H]: full squared-distance matrix, for a local field (``quantile`` or
+    ``k``) a per-row threshold (``torch.quantile``, or the k-th smallest entry) masking the
+    softmax over the sources, einsum."""
     dist = (pos_dst[:, None, :] - pos_src[None, :, :]).square().sum(-1)  # [N_dst, N_src]
     logits = -lam[:, None, None] * dist
     if quantile is not None or k is not None:

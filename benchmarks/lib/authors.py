@@ -1,9 +1,7 @@
-"""The authors' public models, imported at run time from local clones of their repositories (never
-copied here): the Transolver's irregular-mesh ``Model`` (https://github.com/thuml/Transolver) and
-ONO's ``ONO2`` (https://github.com/xzppp/ONO), and an adapter that lets meshop's trainer train them.
-The packages their modules import but these models never call (timm for a truncated-normal
-initialisation, the ONO module's other attention packages) get empty stand-ins where missing.
-"""
+"""The authors' Transolver (``Model``, github.com/thuml/Transolver) and ONO (``ONO2``,
+github.com/xzppp/ONO), imported at run time from local clones (never copied here), with empty
+stand-ins for packages their modules import but these models never call, and an adapter that lets
+meshop's trainer train them."""
 
 from __future__ import annotations
 
@@ -45,10 +43,8 @@ def _installed(package: str) -> bool:
 
 
 def _load(clone: Path | None, model: str, option: str, needs: dict[str, str]):
-    """The module of ``model``'s file in ``clone``, imported with its folder of imports on the
-    path, after checking that the clone has it and that the packages ``needs`` (import name: pip
-    name) are installed, and putting empty stand-ins in place of the :data:`UNUSED` packages
-    that are missing."""
+    """The module of ``model``'s file in ``clone`` (checked, with the packages ``needs``: import
+    name to pip name), imported with empty stand-ins for the missing :data:`UNUSED` packages."""
     repo, file, root = REPOS[model]
     if clone is None:
         raise AuthorsCodeMissing(
@@ -96,15 +92,8 @@ def ono_class(clone: Path | None, option: str = "--ono-dir") -> type[nn.Module]:
 
 
 class DenseModel(nn.Module):
-    """An authors' model on ``[B, N, C]`` tensors seen as a meshop model: a batch of samples of
-    equal size is viewed densely, the model called as ``model(pos, x)`` and its output flattened
-    back to the batch's nodes, so that meshop's trainer (normalisers, loss, optimiser, schedule,
-    evaluation) trains it exactly as it trains meshop's models.
-
-    Shapes:
-        - input: a batch of ``B`` samples of ``N`` nodes each, with ``pos`` and ``x``
-        - output: ``[B N, C_out]``
-    """
+    """An authors' model on ``[B, N, C]`` tensors seen as a meshop model (a batch of ``B`` samples
+    of ``N`` nodes in, ``[B N, C_out]`` out), so that meshop's trainer trains it as its own."""
 
     def __init__(self, model: nn.Module, config: dict):
         super().__init__()

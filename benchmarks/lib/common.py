@@ -1,12 +1,5 @@
-"""What every benchmark shares: one fresh process per case, its time and peak memory, the tables and
-the result files (docs/benchmarks.md, "How it is measured", describes the measurement).
-
-Each case runs in a new process forked from a server that imported torch and meshop once. A step
-faster than ``min_time`` is called once more first and measured warm; peak memory is the
-resident-set high-water mark during the call less the resident set before it (``/proc`` resets
-the mark), on CUDA ``torch.cuda.max_memory_allocated()`` less the memory before; time is the
-fastest of the repeated calls.
-"""
+"""What every benchmark shares: one fresh process per case and its time and peak memory (as
+docs/benchmarks.md, "How it is measured", describes), the tables and the result files."""
 
 from __future__ import annotations
 
@@ -181,12 +174,8 @@ def run_case(
     max_repeats: int = 5,
     warm: bool = False,
 ) -> dict:
-    """Measure ``prepare(device=device, **params)()`` in a fresh process (see the module
-    docstring). ``prepare`` is a module-level function that builds the inputs and returns the
-    step. Returns ``time_s``, ``peak_mb`` (peak less before the call), ``total_peak_mb`` and
-    ``calls_timed``, or ``error`` when the case failed, was killed or ran out of time; ``warm``
-    times every step after a first call (a training step, whose first call searches the
-    neighbours that later epochs reuse)."""
+    """:func:`measure` of the step that ``prepare(device=device, **params)`` (a module-level
+    function) builds, in a fresh process; ``error`` when it failed, died or ran out of time."""
     ctx = _context()
     recv, send = ctx.Pipe(duplex=False)
     args = (send, prepare, params, device, threads, min_time, max_repeats, warm)
@@ -209,10 +198,8 @@ def run_case(
 
 
 def run_process(argv: Sequence[str], env=None, timeout=math.inf, sample=None) -> dict:
-    """Run ``argv`` in a new process: its ``exit_code``, wall ``seconds``, ``peak_mb`` (its
-    resident-set high-water mark, from ``wait4``), ``output`` (stdout and stderr) and, with
-    ``sample(pid)`` (bytes, called every 0.2 s while it runs), ``sampled_peak_mb``. A process
-    still running after ``timeout`` seconds is killed."""
+    """``argv`` run in a new process (killed after ``timeout`` s): its ``exit_code``, ``seconds``,
+    ``peak_mb`` (from ``wait4``), ``output`` and the peak of ``sample(pid)`` (bytes, each 0.2 s)."""
     import subprocess
     import threading
 
@@ -266,10 +253,9 @@ def dense_estimate(
 def skip_dense(
     records: list[dict], record: dict, key: Sequence[str], default_k: float, args, size: str
 ) -> bool:
-    """Whether ``record`` (a dense case on CPU) is skipped because its estimated memory
-    (:func:`dense_estimate` over the records of the same ``key`` fields, ``size`` the entries of
-    its matrix, as the note writes them) is above ``--max-gb``; a skipped record gets the reason
-    and, unless its size is ``B*n^2``, the estimate."""
+    """Whether the dense case ``record`` is skipped on CPU, its :func:`dense_estimate` (over the
+    records of the same ``key``) above ``--max-gb``; it gets the reason (and, but for B*n^2, the
+    estimate)."""
     gb, k = dense_estimate(records, {f: record[f] for f in key}, record["elements"], default_k)
     if record["device"] != "cpu" or gb <= args.max_gb:
         return False
@@ -405,18 +391,10 @@ def comparison_table(
         memory = fmt_ratio(dense_mb, ours_mb)
         if dense_mb is not None and ours_mb is not None and ours_mb < 1.0:
             memory = f">{dense_mb:.0f}x"  # a peak below 1 MB counts as 1 MB: a lower bound
-        rows.append(
-            [
-                *(fmt_count(v) if type(v) is int else v for v in size),
-                fmt_time(result_of(ours, "time_s")),
-                fmt_time(result_of(dense, "time_s")),
-                fmt_ratio(result_of(dense, "time_s"), result_of(ours, "time_s")),
-                fmt_mb(ours_mb),
-                dense_memory,
-                memory,
-                "; ".join(notes),
-            ]
-        )
+        times = result_of(ours, "time_s"), result_of(dense, "time_s")
+        row = [fmt_count(v) if type(v) is int else v for v in size]
+        row += [fmt_time(times[0]), fmt_time(times[1]), fmt_ratio(times[1], times[0])]
+        rows.append([*row, fmt_mb(ours_mb), dense_memory, memory, "; ".join(notes)])
     headers = "meshop time|dense time|speed-up|meshop memory|dense memory|memory ratio|notes"
     return markdown_table([*size_headers, *headers.split("|")], rows)
 
@@ -427,8 +405,8 @@ def scaling_table(records: list[dict], device: str, key: str, labels: dict, head
     where ``headers`` has a column for it, of the memory."""
     same, rows = ("device", key), []
     for r in (r for r in records if r["device"] == device):
-        row = [labels[r[key]], fmt_count(r["n"]), fmt_time(result_of(r, "time_s"))]
-        row += [growth_exponent(records, r, same=same), fmt_mb(result_of(r, "peak_mb"))]
+        row = [labels[r[key]], fmt_count(r["n"]), fmt_time(r.get("time_s"))]
+        row += [growth_exponent(records, r, same=same), fmt_mb(r.get("peak_mb"))]
         if "memory growth" in headers:
             row.append(growth_exponent(records, r, "peak_mb", same))
         rows.append([*row, r.get("error", "")])
@@ -524,7 +502,7 @@ def _script(path: str) -> str:
 
 
 def append_line(log: Path, entry: dict) -> None:
-    """Append ``entry`` to the JSON-lines file ``log`` (its folder made if needed)."""
+    """Append ``entry`` to the JSON-lines file ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as f:
         f.write(json.dumps(entry, default=str) + "\n")
@@ -559,3 +537,11 @@ def spawn_pool(jobs: int):
     from concurrent.futures import ProcessPoolExecutor
 
     return ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"))
+
+
+def in_processes(function: Callable, calls: list[tuple], jobs: int) -> list:
+    """``[function(*call) for call in calls]``, ``jobs`` spawned processes at a time."""
+    if jobs <= 1 or len(calls) <= 1:
+        return [function(*call) for call in calls]
+    with spawn_pool(jobs) as pool:
+        return list(pool.map(function, *zip(*calls)))

@@ -58,37 +58,18 @@ def dataset_options(dataset: str, args) -> dict:
 def run_config(
     dataset: str, model: str, epochs: int, out: Path, args, settings=None, train_seed=None
 ):
-    """The run of one pair; ``settings`` (``{"train": ..., "model": ..., "dataset": ...}``) go
-    over the presets and the table's split sizes (preset trials, ``accuracy/tune.py``);
-    ``train_seed``: the training's seed (initialisation, order of the batches) when it differs
-    from ``args.seed``, which generates the data (the splits stay those of ``args.seed``)."""
-    settings = settings or {}
-    return RunConfig(
-        dataset=dataset,
-        model=model,
-        out=str(out),
-        data_dir=args.data_dir,
-        train={
-            **settings.get("train", {}),
-            "epochs": epochs,
-            "seed": args.seed if train_seed is None else train_seed,
-            "progress": False,
-            "device": "cpu",
-        },
-        model_args=settings.get("model", {}),
-        dataset_args={
-            **dataset_options(dataset, args),
-            **settings.get("dataset", {}),
-            "seed": args.seed,
-            "progress": False,
-        },
-    )
+    """The run of one pair, ``settings`` (:func:`parse_settings`) over the presets and the table's
+    splits, trained with ``train_seed`` where it differs from the data's ``args.seed``."""
+    settings, seed = settings or {}, args.seed if train_seed is None else train_seed
+    train = dict(settings.get("train", {}), epochs=epochs, seed=seed, progress=False, device="cpu")
+    data = dict(dataset_options(dataset, args), **settings.get("dataset", {}))
+    data.update(seed=args.seed, progress=False)
+    run = dict(dataset=dataset, model=model, out=str(out), data_dir=args.data_dir, train=train)
+    return RunConfig(**run, model_args=settings.get("model", {}), dataset_args=data)
 
 
 def run_trainer(run, out_dir, test: bool = True):
-    """The :class:`~meshop.train.Trainer` that ``meshop train`` makes for ``run`` writing into
-    ``out_dir`` (:func:`meshop.train.run.build_trainer` of its plan; the test split only when
-    ``test``), and the seconds it took to load the splits and to prepare the data
-    (``{"load_s": ..., "prepare_s": ...}``)."""
+    """The Trainer that ``meshop train`` makes for ``run`` into ``out_dir`` (the test split only
+    with ``test``) and the seconds of loading and preparing the data (``load_s``, ``prepare_s``)."""
     plan = plan_run(dataclasses.replace(run, out=str(out_dir)))
     return build_trainer(plan, test=test, log=lambda *_: None)

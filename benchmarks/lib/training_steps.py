@@ -9,17 +9,10 @@ import torch
 
 from benchmarks.lib.settings import ELASTICITY_PARAMS, PIT_BLOCKS, PIT_HEADS, PIT_WIDTH
 from benchmarks.lib.workloads import batch_of, build_model, samples
+from meshop import testing
 from meshop.data import from_points, grid_points, make_loader
 from meshop.models import ONO, Transolver
 from meshop.nn import GalerkinEncoderLayer
-from meshop.testing import (
-    GalerkinReferenceEncoder,
-    ONOReference,
-    PiTReference,
-    TransolverReference,
-    dense_inputs,
-    dense_pit,
-)
 from meshop.train import relative_l2
 
 #: Transolver as ``meshop train`` builds it on the CPU datasets (meshop.train.presets)
@@ -59,7 +52,7 @@ def galerkin_case(attention: str, n: int) -> dict:
     batch = torch.arange(b).repeat_interleave(n)
     layers = (GalerkinEncoderLayer(d, 1, attention, heads=GT_HEADS) for _ in range(GT_LAYERS))
     ours = torch.nn.ModuleList(layers)
-    ref = GalerkinReferenceEncoder(d, GT_HEADS, 1, GT_LAYERS, attention)
+    ref = testing.GalerkinReferenceEncoder(d, GT_HEADS, 1, GT_LAYERS, attention)
 
     def meshop_loss():
         h = x.view(b * n, d)
@@ -77,13 +70,13 @@ def pit_case(n: int, latent: int, batch_size: int) -> dict:
     torch.manual_seed(0)
     data = batch_of(samples(n, batch_size, latent=latent))
     ours = build_model("PiT")
-    ref = PiTReference(2 + ELASTICITY_PARAMS, 1, PIT_WIDTH, PIT_HEADS, PIT_BLOCKS)
-    pos, features, latent_pos = dense_inputs(data, batch_size)
+    ref = testing.PiTReference(2 + ELASTICITY_PARAMS, 1, PIT_WIDTH, PIT_HEADS, PIT_BLOCKS)
+    pos, features, latent_pos = testing.dense_inputs(data, batch_size)
     loss = _relative_l2(data, batch_size)
     return {
         "meshop": _step(ours, lambda: loss(ours(data))),
         "reference": _step(ref, lambda: loss(ref(features, pos, latent_pos))),
-        "dense": _step(ours, lambda: loss(dense_pit(ours, pos, features, latent_pos))),
+        "dense": _step(ours, lambda: loss(testing.dense_pit(ours, pos, features, latent_pos))),
     }
 
 
@@ -122,7 +115,7 @@ def ono_case(n: int, batch_size: int, grid: bool, authors: bool | str = True) ->
         fields.append(from_points(pos, x=f, y=torch.sin(3 * pos[:, 0]) * f))
     data = next(iter(make_loader(fields, batch_size=batch_size)))
     ours = ono_model(authors)
-    ref = ONOReference(3, 1, width=64, layers=4, heads=4, psi_dim=16, mlp_ratio=1)
+    ref = testing.ONOReference(3, 1, width=64, layers=4, heads=4, psi_dim=16, mlp_ratio=1)
     features = torch.cat([data.pos, data.x], dim=-1).view(batch_size, len(fields[0].pos), 3)
     loss = _relative_l2(data, batch_size)
     reference = _step(ref, lambda: loss(ref(features)))
@@ -137,8 +130,8 @@ def transolver_case(n: int, batch_size: int, train: bool = True) -> dict:
     data = batch_of(samples(n, batch_size, latent=n))
     in_channels = 2 + ELASTICITY_PARAMS
     ours = Transolver(in_channels, 1, 2, **TRANSOLVER).train(train)
-    ref = TransolverReference(in_channels, 1, **TRANSOLVER).train(train)
-    _, features, _ = dense_inputs(data, batch_size)
+    ref = testing.TransolverReference(in_channels, 1, **TRANSOLVER).train(train)
+    _, features, _ = testing.dense_inputs(data, batch_size)
     loss = _relative_l2(data, batch_size) if train else lambda pred: pred
     reference = _step(ref, lambda: loss(ref(features)), train)
     return {"meshop": _step(ours, lambda: loss(ours(data)), train), "reference": reference}

@@ -1,9 +1,6 @@
-"""The workloads that several entry points share: the Elasticity-like point clouds of the
-whole-model benchmarks (``speed/whole_models.py``, the PiT rows of
-``speed/training_vs_reference.py`` and ``speed/profile_pit.py``) with the three models at the
-sizes they share (:mod:`benchmarks.lib.settings`), and the models at their CPU preset sizes on a
-sample of the unit square (``speed/large_meshes.py``, ``speed/split_mesh.py``,
-``speed/transolver_scaling.py``)."""
+"""The workloads that several entry points share: Elasticity-like point clouds with the three
+models at the sizes of :mod:`benchmarks.lib.settings`, and every model at its CPU preset size on a
+sample of the unit square."""
 
 from __future__ import annotations
 

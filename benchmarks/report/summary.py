@@ -1,10 +1,8 @@
-"""The README's headline speed and memory table, which the Benchmarks page includes, from the result
-files of the speed benchmarks: each headline case, what was measured and its aim, met or not.
+"""The README's headline speed and memory table (which the Benchmarks page includes) from the result
+files: each headline case, what was measured ("not measured" when absent) and its aim, met or not.
 
     python -m benchmarks.report.summary          # rewrite the README's marked `speed` table
     python -m benchmarks.report.summary --check  # exit status 1 if it differs from the results
-
-A case missing from the results (a quick run, a skipped size) shows as "not measured".
 """
 
 from __future__ import annotations
@@ -15,29 +13,14 @@ import math
 import sys
 from pathlib import Path
 
-from benchmarks.lib.common import (
-    RESULTS,
-    ROOT,
-    fmt_count,
-    fmt_mb,
-    fmt_ratio,
-    fmt_time,
-    load_results,
-    markdown_table,
-    replace_section,
-)
+from benchmarks.lib import common
+from benchmarks.lib.common import fmt_count, fmt_mb, fmt_ratio, fmt_time
 from benchmarks.lib.settings import LOCAL_K, LOCAL_LATENT, LOCAL_QUANTILE, PIT_KNN, PIT_QUANTILE
 
-README = ROOT / "README.md"
+README = common.ROOT / "README.md"
 #: the result files the table reads
-SOURCES = (
-    "position_attention",
-    "local_attention",
-    "models",
-    "linear_attention",
-    "large_meshes",
-    "speed_vs_reference",
-)
+SOURCES = ["position_attention", "local_attention", "models", "linear_attention"]
+SOURCES += ["large_meshes", "speed_vs_reference"]
 NOT_MEASURED = "not measured"
 #: the aims: memory of cross attention at CROSS_SRC sources against the dense form, and under
 #: BIG_GB at BIG_SRC; the speed of local attention and of the PiT training step against theirs;
@@ -66,7 +49,7 @@ REFERENCE_AIMS = (
 
 def load(results: Path) -> dict[str, dict]:
     """``{name: {"machine": ..., "records": [...]}}`` of the result files that exist."""
-    return load_results(results, SOURCES)
+    return common.load_results(results, SOURCES)
 
 
 def measured(data: dict, source: str, **match) -> list[dict]:
@@ -126,9 +109,11 @@ def cross(data: dict) -> list[list[str]]:
 
 def local(data: dict) -> list[list[str]]:
     """Local attention's speed against the dense quantile mask, and its growth in N."""
-    what = f"local position-attention at {fmt_count(LOCAL_SRC)} sources "
+    what, aim = (
+        f"local position-attention at {fmt_count(LOCAL_SRC)} sources ",
+        f"{LOCAL_SPEEDUP:g}x faster",
+    )
     what += f"({LOCAL_QUANTILE:.0%} quantile)"
-    aim = f"{LOCAL_SPEEDUP:g}x faster"
     case = dict(field="quantile", n_src=LOCAL_SRC, n_dst=LOCAL_LATENT, backward=False)
     ours, dense = (find(data, "local_attention", **case, impl=i) for i in ("meshop", "dense"))
     rows = [[what, NOT_MEASURED, aim]]
@@ -162,36 +147,25 @@ def pit(data: dict) -> list[list[str]]:
     rows = [[what, NOT_MEASURED, aim]]
     if PIT_NODES in steps:
         speed, memory, batch = steps[PIT_NODES]
-        rows[0] = [
-            what.replace("batch 8", f"batch {batch}"),
-            f"{speed:.1f}x faster, {memory:.1f}x less memory than dense",
-            verdict(aim, speed >= PIT_SPEEDUP),
-        ]
+        text = f"{speed:.1f}x faster, {memory:.1f}x less memory than dense"
+        rows[0] = [what.replace("batch 8", f"batch {batch}"), text]
+        rows[0].append(verdict(aim, speed >= PIT_SPEEDUP))
     larger = sorted(n for n in steps if n > PIT_NODES)
     if larger:
-        rows.append(
-            [
-                f"PiT training step, {' / '.join(f'{n:,}' for n in larger)} nodes",
-                f"{' / '.join(f'{steps[n][0]:.1f}x' for n in larger)} faster, "
-                f"{' / '.join(f'{steps[n][1]:.1f}x' for n in larger)} less memory",
-                "-",
-            ]
-        )
+        what = f"PiT training step, {' / '.join(f'{n:,}' for n in larger)} nodes"
+        text = " / ".join(f"{steps[n][0]:.1f}x" for n in larger) + " faster, "
+        text += " / ".join(f"{steps[n][1]:.1f}x" for n in larger) + " less memory"
+        rows.append([what, text, "-"])
     what, aim = f"PiT inference on a {fmt_count(INFERENCE_NODES)}-node mesh", f"under {BIG_GB:g} GB"
-    fields = {
-        "quantile": f"the paper's {PIT_QUANTILE:.0%} quantile fields",
-        "knn": f"{PIT_KNN}-neighbour fields",
-    }
-    found = {
-        f: find(data, "models", table="inference", n=INFERENCE_NODES, fields=f) for f in fields
-    }
+    fields = {"quantile": f"the paper's {PIT_QUANTILE:.0%} quantile fields"}
+    fields["knn"] = f"{PIT_KNN}-neighbour fields"
+    case = dict(table="inference", n=INFERENCE_NODES)
+    found = {f: find(data, "models", **case, fields=f) for f in fields}
     found = {f: r for f, r in found.items() if r is not None}
     if not found:
         return [*rows, [what, NOT_MEASURED, aim]]
-    text = "; ".join(
-        f"{fmt_time(r['time_s'])}, {fmt_mb(r['peak_mb'])} with {fields[f]}"
-        for f, r in found.items()
-    )
+    text = "; ".join(f"{fmt_time(r['time_s'])}, {fmt_mb(r['peak_mb'])} with {fields[f]}"
+                     for f, r in found.items())  # fmt: skip
     worst = max(r["peak_mb"] for r in found.values())
     return [*rows, [what, text, verdict(aim, worst < BIG_GB * 1024)]]
 
@@ -221,21 +195,12 @@ def large_meshes(data: dict) -> list[list[str]]:
     """Inference on HUGE nodes and training steps on TRAIN_NODES, every model in chunks: time and
     process peak of each, every model under its limit."""
     cases = (
-        (
-            f"inference on a {fmt_count(HUGE)}-node mesh in chunks (time, process peak)",
-            f"PiT under {HUGE_GB['pit']:g} GB, the others under {HUGE_OTHERS_GB:g} GB",
-            "chunks",
-            HUGE,
-            lambda model: HUGE_GB.get(model, HUGE_OTHERS_GB),
-        ),
-        (
-            f"training step on a {fmt_count(TRAIN_NODES)}-node sample in chunks",
-            f"under {TRAIN_GB:g} GB",
-            "train, chunks",
-            TRAIN_NODES,
-            lambda model: TRAIN_GB,
-        ),
-    )
+        (f"inference on a {fmt_count(HUGE)}-node mesh in chunks (time, process peak)",
+         f"PiT under {HUGE_GB['pit']:g} GB, the others under {HUGE_OTHERS_GB:g} GB", "chunks",
+         HUGE, lambda model: HUGE_GB.get(model, HUGE_OTHERS_GB)),
+        (f"training step on a {fmt_count(TRAIN_NODES)}-node sample in chunks",
+         f"under {TRAIN_GB:g} GB", "train, chunks", TRAIN_NODES, lambda model: TRAIN_GB),
+    )  # fmt: skip
     rows = []
     for what, aim, mode, n, limit in cases:
         parts, over, missing = [], [], []
@@ -295,25 +260,22 @@ def table(data: dict[str, dict]) -> str:
     dates = sorted({m["date"][:10] for m in machines}) or ["an unknown date"]
     cpus = ", ".join(sorted({f"{m['cpu']} ({m['cpu_cores']} cores)" for m in machines}))
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
-    table = markdown_table("what|measured|aim", rows(data))
+    table = common.markdown_table("what|measured|aim", rows(data))
     return f"Measured {when} on {cpus or 'an unknown machine'}:\n\n{table}"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=RESULTS, help="folder of the result files")
+    parser.add_argument("--results", type=Path, default=common.RESULTS, help="result files")
     parser.add_argument("--readme", type=Path, default=README, help="the README to update")
     parser.add_argument("--check", action="store_true", help="exit 1 if the README is stale")
     args = parser.parse_args(argv)
     data = load(args.results)
     if not data:
         raise SystemExit(f"no result files ({', '.join(SOURCES)}.json) in {args.results}")
-    stale = replace_section(args.readme, "speed", table(data), check=args.check)
+    stale = common.replace_section(args.readme, "speed", table(data), check=args.check)
     if args.check and stale:
-        print(
-            f"{args.readme} is out of date: run python -m benchmarks.report.summary",
-            file=sys.stderr,
-        )
+        print(f"{args.readme} is stale: run python -m benchmarks.report.summary", file=sys.stderr)
     return int(args.check and stale)
 
 

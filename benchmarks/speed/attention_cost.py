@@ -1,6 +1,5 @@
-"""Galerkin, linear, Fourier and softmax attention against the number of nodes n, the shape of the
-Galerkin Transformer paper's Table 1 on CPU: one layer in the paper's Burgers setting, forward +
-backward of a loss.
+"""Galerkin, linear, Fourier and softmax attention against the number of nodes n (the Galerkin
+paper's Table 1 on CPU): one layer in the paper's Burgers setting, forward + backward.
 
     python -m benchmarks.speed.attention_cost            # full table (a minute or two on one core)
     python -m benchmarks.speed.attention_cost --quick    # smoke test
@@ -74,24 +73,15 @@ def main(argv=None) -> None:
 
 def table(records: list[dict], device: str) -> str:
     mine = [r for r in records if r["device"] == device]
-    galerkin = {r["n"]: r for r in mine if r["attention"] == "galerkin"}
-    rows = [
-        [
-            NAMES[r["attention"]],
-            r["n"],
-            common.fmt_time(common.result_of(r, "time_s")),
-            common.growth_exponent(records, r, same=("device", "attention")),
-            common.fmt_ratio(
-                common.result_of(r, "time_s"), common.result_of(galerkin[r["n"]], "time_s")
-            ),
-            common.fmt_mb(common.result_of(r, "peak_mb")),
-            common.notes_of(r),
-        ]
-        for r in mine
-    ]
-    return common.markdown_table(
-        "attention|n|time|growth exponent|vs Galerkin|peak memory|notes", rows
-    )
+    galerkin = {r["n"]: r.get("time_s") for r in mine if r["attention"] == "galerkin"}
+    rows = []
+    for r in mine:
+        growth = common.growth_exponent(records, r, same=("device", "attention"))
+        row = [NAMES[r["attention"]], r["n"], common.fmt_time(r.get("time_s")), growth]
+        row.append(common.fmt_ratio(r.get("time_s"), galerkin[r["n"]]))
+        rows.append([*row, common.fmt_mb(r.get("peak_mb")), common.notes_of(r)])
+    headers = "attention|n|time|growth exponent|vs Galerkin|peak memory|notes"
+    return common.markdown_table(headers, rows)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,9 @@
-"""Peak memory of `meshop train --dataset folder` over a folder of meshes larger than memory needs:
-a folder of ``--gb`` gigabytes of .vtu files (jittered ``--nodes``-node triangulations of the unit
-square with an input field ``load`` and the targets ``u`` and ``p``), then one epoch of
-``meshop train --dataset folder --model mlp --model-arg width=16 --batch-size 1`` in a
-fresh process per case: lazy, lazy with 2 DataLoader workers, lazy on a tenth of the files, and
-every file cached in memory. Reported: the main process's resident-set high-water mark and the
-proportional set size of the process and its workers (sampled every 0.2 s).
+"""Peak memory of one epoch of `meshop train --dataset folder` (an MLP of width 16, batch 1) over a
+folder of ``--gb`` gigabytes of .vtu files written under ``--scratch`` (deleted unless ``--keep``):
+lazy, with 2 DataLoader workers, on a tenth of the files, and every file cached in memory.
 
     python -m benchmarks.speed.folder_memory              # 2 GB folder (22 minutes on 2 busy cores)
     python -m benchmarks.speed.folder_memory --quick      # smoke test: a few small files
-
-The folder is written under ``--scratch`` (default ``datasets/folder_memory``, ignored by git) and
-deleted at the end unless ``--keep``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Inference on meshes of up to ten million nodes and training steps on a million: every model at
-its CPU preset size, whole and in chunks (``predict_in_chunks``; training steps with every chunk
-checkpointed, ``model.forward_chunked``), on one sample of N random nodes in the unit square.
-Whole passes above ``--whole-up-to`` nodes are left out (whole training steps above a tenth of
-it), chunked training steps above ``--train-up-to``.
+its CPU preset size, whole and in chunks (checkpointed chunks for the training steps).
 
     python -m benchmarks.speed.large_meshes            # 1e5, 1e6, 1e7 nodes (about an hour)
     python -m benchmarks.speed.large_meshes --quick    # smoke test
@@ -102,10 +99,10 @@ def table(records: list[dict]) -> str:
             PRESET_MODELS[r["model"]],
             common.fmt_count(r["n"]),
             r["mode"],
-            common.fmt_time(common.result_of(r, "time_s")),
+            common.fmt_time(r.get("time_s")),
             common.growth_exponent(records, r, same=("model", "mode")),
-            common.fmt_mb(common.result_of(r, "peak_mb")),
-            common.fmt_mb(common.result_of(r, "total_peak_mb")),
+            common.fmt_mb(r.get("peak_mb")),
+            common.fmt_mb(r.get("total_peak_mb")),
             r.get("error", ""),
         ]
         for r in records

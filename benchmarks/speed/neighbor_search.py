@@ -11,14 +11,7 @@ import math
 
 import torch
 
-from benchmarks.lib.common import (
-    devices,
-    parse_args,
-    progress,
-    run_cli_case,
-    scaling_table,
-    write_results,
-)
+from benchmarks.lib import common
 from benchmarks.lib.settings import FIELD_K, FIELD_LATENT, FIELD_QUANTILE
 from meshop.data import farthest_point_sampling, knn_index, quantile_index, radius_index
 
@@ -52,20 +45,20 @@ def cases(quick: bool) -> list[tuple[str, int]]:
 
 
 def main(argv=None) -> None:
-    args = parse_args(__doc__.splitlines()[0], argv)
+    args = common.parse_args(__doc__.splitlines()[0], argv)
     records = []
-    for device in devices(args):
+    for device in common.devices(args):
         for operation, n in cases(args.quick):
-            progress(f"{device} {operation} N={n}")
+            common.progress(f"{device} {operation} N={n}")
             record = dict(device=device, operation=operation, n=n)
-            record |= run_cli_case(prepare, dict(operation=operation, n=n), device, args)
+            record |= common.run_cli_case(prepare, dict(operation=operation, n=n), device, args)
             records.append(record)
     tables = {
-        device.upper(): scaling_table(records, device, "operation", OPERATIONS, HEADERS)
-        for device in devices(args)
+        device.upper(): common.scaling_table(records, device, "operation", OPERATIONS, HEADERS)
+        for device in common.devices(args)
     }
     title = "Latent meshes and neighbour search (torch-cluster) against N"
-    write_results("neighbors", title, args, tables, records)
+    common.write_results("neighbors", title, args, tables, records)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,5 @@
-"""``meshop predict`` end to end on a large .vtu file (meshio reading and writing included): time
-and peak memory of the command against N, every model (each first trained for one epoch by
-``meshop train --dataset folder`` on eight small meshes), and the memory
-:func:`meshop.train.inference.memory_estimate` expected. "above start" is the peak less that of a
-process that only imports meshop and loads the checkpoint (what the estimate estimates).
+"""``meshop predict`` end to end on a large .vtu file: time and peak memory of the command against
+N, every model (trained for one epoch first), and the memory ``memory_estimate`` expected.
 
     python -m benchmarks.speed.predict_file                 # 1e6 nodes, every model
     python -m benchmarks.speed.predict_file --sizes 1e6,1e7 --models transolver

@@ -1,7 +1,5 @@
-"""Where an ONO training step spends its time: torch.profiler over meshop's ONO and the ONO
-authors' ``ONO2`` at the settings of ``training_vs_reference.py``, grouped by kind of operator,
-side by side: meshop as the authors' model (``ONO_AUTHORS``), meshop with the authors' whitening
-in its own blocks, the reference, and meshop's defaults.
+"""Where an ONO training step spends its time: torch.profiler over meshop's ONO (as the authors'
+model, with meshop's blocks, with meshop's defaults) and the authors' ``ONO2``, by operator group.
 
     python -m benchmarks.speed.profile_ono                 # 16x16 grid, batch 20
     python -m benchmarks.speed.profile_ono --quick         # smoke test
@@ -12,14 +10,7 @@ from __future__ import annotations
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.lib.common import (
-    machine,
-    markdown_table,
-    operator_groups,
-    parser,
-    results_text,
-    write_text,
-)
+from benchmarks.lib import common
 from benchmarks.lib.training_steps import ono_case
 
 OTHER = "other (element-wise, optimizer, autograd)"
@@ -61,7 +52,7 @@ def profile_case(n: int, batch: int, steps: int) -> dict[str, dict]:
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 step()
             events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
-            groups = operator_groups(events, GROUPS, OTHER, steps)
+            groups = common.operator_groups(events, GROUPS, OTHER, steps)
             groups["total"] = sum(groups.values())
             sums[title] = {k: v + sums[title].get(k, 0.0) for k, v in groups.items()}
     return {title: {"parameters": impls[title][1], "groups_s": sums[title]} for title in impls}
@@ -76,16 +67,16 @@ def table(result: dict[str, dict]) -> str:
             row.append(f"{seconds * 1e3:.1f} ms ({100 * share:.0f} %)")
         rows.append(row)
     rows.append(["parameters", *(f"{r['parameters']:,}" for r in result.values())])
-    return markdown_table(["operator group (self time per step)", *result], rows)
+    return common.markdown_table(["operator group (self time per step)", *result], rows)
 
 
 def main(argv=None) -> None:
-    p = parser(__doc__.splitlines()[0])
+    p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=5, help="profiled steps")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     n, batch = (64, 3) if args.quick else (256, 20)
-    info = machine()
+    info = common.machine()
     header = (
         f"Measured {info['date']} with `{info['command']}` on {info['cpu']}, {args.threads} "
         f"thread(s), torch {info['torch']}, measured under load: {args.steps} profiled "
@@ -95,7 +86,7 @@ def main(argv=None) -> None:
     side = round(n**0.5)
     sections = {f"{side}x{side} grid, batch {batch}": table(profile_case(n, batch, args.steps))}
     title = "Where an ONO training step spends its time"
-    write_text(args.out, "ono_profile", results_text(title, header, sections))
+    common.write_text(args.out, "ono_profile", common.results_text(title, header, sections))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,5 @@
 """Where a PiT training step spends its time: torch.profiler over meshop's PiT at the settings of
-``training_vs_reference.py`` (972 nodes, batch 8, width 64, 2 heads, 4 blocks, 2 % quantile fields),
-grouped into position attention, neighbour search, linear layers and the rest, next to the
-floating-point work the attention itself needs.
+``training_vs_reference.py``, by operator group, next to the work its global attention needs.
 
     python -m benchmarks.speed.profile_pit                 # 972 / 972 and 972 / 256 latent nodes
     python -m benchmarks.speed.profile_pit --quick         # smoke test
@@ -12,14 +10,7 @@ from __future__ import annotations
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.lib.common import (
-    machine,
-    markdown_table,
-    operator_groups,
-    parser,
-    results_text,
-    write_text,
-)
+from benchmarks.lib import common
 from benchmarks.lib.training_steps import pit_case
 
 OTHER = "other (copies, elementwise, optimizer, autograd)"
@@ -62,7 +53,7 @@ def profile_case(n: int, latent: int, batch: int, steps: int) -> dict:
         "batch": batch,
         "threads": torch.get_num_threads(),
         "step_s": sum(e.self_cpu_time_total for e in events) / steps / 1e6,
-        "groups_s": operator_groups(events, GROUPS, OTHER, steps),
+        "groups_s": common.operator_groups(events, GROUPS, OTHER, steps),
         "top": [(e.key, e.self_cpu_time_total / steps / 1e6, e.count // steps) for e in top],
         "attention_gflop": attention_flops(latent, batch, 2, 64, 4) / 1e9,
     }
@@ -79,19 +70,19 @@ def tables(result: dict) -> str:
             f"Profiled step: {step * 1e3:.0f} ms of operator time; the processor's global "
             f"attention needs {result['attention_gflop']:.1f} GFLOP "
             "(forward and backward, at the value width).",
-            markdown_table("where|time per step|share", rows),
-            markdown_table("operator (self time)|per step|calls per step", top),
+            common.markdown_table("where|time per step|share", rows),
+            common.markdown_table("operator (self time)|per step|calls per step", top),
         ]
     )
 
 
 def main(argv=None) -> None:
-    p = parser(__doc__.splitlines()[0])
+    p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=2, help="profiled steps")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     cases = [(150, 150, 2), (150, 40, 2)] if args.quick else [(972, 972, 8), (972, 256, 8)]
-    info = machine()
+    info = common.machine()
     header = (
         f"Measured {info['date']} with `{info['command']}` on {info['cpu']}, {args.threads} "
         f"thread(s), torch {info['torch']}, measured under load (shares are more telling than "
@@ -104,7 +95,7 @@ def main(argv=None) -> None:
         for n, latent, batch in cases
     }
     title = "Where a PiT training step spends its time"
-    write_text(args.out, "pit_profile", results_text(title, header, sections))
+    common.write_text(args.out, "pit_profile", common.results_text(title, header, sections))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,6 @@
-"""One mesh on one and on two processes: the time of a training step (forward in checkpointed
-chunks of 65,536 nodes, a mean-square loss, backward) of a model at its CPU preset size on one
-sample of N random nodes; ``1 process``: the whole mesh, ``model.forward_chunked``;
-``2 processes``: ``torchrun --nproc_per_node 2``, each process every other node, inside
-:func:`meshop.nn.splitting.split_mesh`, the gradients summed after the backward pass. One torch
-thread per process; the time is the fastest of ``--repeats`` steps after a first one, the memory
-each process's resident-set high-water mark. Results: ``split_mesh.{md,json}`` for the
-Transolver alone, else ``split_mesh_<models>.{md,json}``.
+"""One mesh on one and on two processes (``torchrun``, ``split_mesh``): the time and peak memory of
+a training step in checkpointed chunks, one torch thread per process; ``split_mesh.{md,json}`` for
+the Transolver alone, else ``split_mesh_<models>.{md,json}``.
 
     python -m benchmarks.speed.split_mesh                      # the Transolver, 1e6 nodes (minutes)
     python -m benchmarks.speed.split_mesh --models transolver,pit --n 200000

@@ -1,11 +1,6 @@
-"""Training steps of meshop against the papers' reference formulations (``meshop.testing``: the
-Galerkin Transformer authors' encoder layer, the PiT authors' model, the ONO authors' ``ONO2``, the
-Transolver authors' irregular-mesh model; for PiT also the dense form of meshop's own weights), side
-by side in one process on the same inputs: forward, loss, backward and an Adam step (the
-Transolver's ``inference`` rows: a forward pass in evaluation mode without gradients), timed
-interleaved (one step of each in turn, ``--repeats`` rounds after one warm-up step each) at every
-thread count. The table gives each one's median step time and the ratio reference / meshop, of
-wall-clock time and of the process's CPU time.
+"""Training steps of meshop against the papers' formulations (``meshop.testing``) side by side on
+the same inputs, timed interleaved at every thread count: the median step of each and the ratio
+reference / meshop of wall-clock and of CPU time.
 
     python -m benchmarks.speed.training_vs_reference                 # full table, 1 and 2 threads
     python -m benchmarks.speed.training_vs_reference --quick         # smoke test at tiny sizes
@@ -30,12 +25,8 @@ def parse(argv=None):
     p.add_argument("--repeats", type=int, default=None, help="timed rounds (default 5; 2)")
     p.add_argument("--only", default=None, help="run only cases whose name contains this")
     p.add_argument("--note", default="measured under load", help="a note under the tables")
-    p.add_argument(
-        "--merge",
-        action="store_true",
-        help="keep the rows of the existing result file that this run does not measure (each "
-        "with its own measurement line)",
-    )
+    merge = "keep the existing result file's rows that this run does not measure"
+    p.add_argument("--merge", action="store_true", help=merge + " (with their measurement line)")
     args = p.parse_args(argv)
     args.thread_counts = [int(t) for t in args.threads.split(",")]
     if args.repeats is None:
@@ -108,14 +99,9 @@ def run(args, done=None) -> list[dict]:
             record = dict(case=name, threads=threads, **params)
             for impl, samples in time_interleaved(impls, args.repeats).items():
                 wall, cpu = [t for t, _ in samples], [c for _, c in samples]
-                record[impl] = {
-                    "median_s": statistics.median(wall),
-                    "min_s": min(wall),
-                    "times_s": wall,
-                    "median_cpu_s": statistics.median(cpu),
-                    "cpu_times_s": cpu,
-                    "parameters": impls[impl][1],
-                }
+                record[impl] = dict(median_s=statistics.median(wall), min_s=min(wall), times_s=wall)
+                record[impl].update(median_cpu_s=statistics.median(cpu), cpu_times_s=cpu)
+                record[impl]["parameters"] = impls[impl][1]
             records.append(record)
             medians = [f"{k} {common.fmt_time(record[k]['median_s'])}" for k in impls]
             common.progress(f"{threads} thread(s), {name}: " + ", ".join(medians))
@@ -128,19 +114,12 @@ def table(records: list[dict], threads: int) -> str:
     rows = []
     for r in (r for r in records if r["threads"] == threads):
         ours, ref, dense = r["meshop"], r["reference"], r.get("dense")
-        rows.append(
-            [
-                r["case"],
-                f"{ref['parameters']:,}",
-                f"{ours['parameters']:,}",
-                common.fmt_time(ref["median_s"]),
-                common.fmt_time(ours["median_s"]),
-                f"{ref['median_s'] / ours['median_s']:.2f}x",
-                f"{ref['median_cpu_s'] / ours['median_cpu_s']:.2f}x",
-                "-" if dense is None else common.fmt_time(dense["median_s"]),
-                "-" if dense is None else f"{dense['median_s'] / ours['median_s']:.2f}x",
-            ]
-        )
+        row = [r["case"], f"{ref['parameters']:,}", f"{ours['parameters']:,}"]
+        row += [common.fmt_time(ref["median_s"]), common.fmt_time(ours["median_s"])]
+        row += [f"{ref['median_s'] / ours['median_s']:.2f}x"]
+        row += [f"{ref['median_cpu_s'] / ours['median_cpu_s']:.2f}x"]
+        vs = "-" if dense is None else f"{dense['median_s'] / ours['median_s']:.2f}x"
+        rows.append([*row, "-" if dense is None else common.fmt_time(dense["median_s"]), vs])
     headers = "configuration|reference parameters|meshop parameters|reference step|meshop step"
     headers += "|speed-up|speed-up in CPU time|dense form step|vs dense form"
     return common.markdown_table(headers, rows)
@@ -157,12 +136,8 @@ def merged(args, records: list[dict], info: dict) -> list[dict]:
     old = json.loads(existing.read_text())
     old_measured = {k: old["machine"].get(k) for k in measured}
     new_keys = {(r["case"], r["threads"]) for r in records}
-    kept = [
-        {**r, "measured": r.get("measured", old_measured)}
-        for r in old["records"]
-        if (r["case"], r["threads"]) not in new_keys
-    ]
-    return kept + records
+    kept = [r for r in old["records"] if (r["case"], r["threads"]) not in new_keys]
+    return [{**r, "measured": r.get("measured", old_measured)} for r in kept] + records
 
 
 def measurement_line(measured: dict, cases: list[str] | None, repeats: int) -> str:
@@ -177,24 +152,17 @@ def measurement_line(measured: dict, cases: list[str] | None, repeats: int) -> s
 
 
 def write(args, records: list[dict], echo: bool = True) -> str:
-    info = {
-        **common.machine(),
-        "threads": args.thread_counts,
-        "quick": args.quick,
-        "note": args.note,
-    }
+    info = {**common.machine(), "threads": args.thread_counts, "quick": args.quick}
+    info["note"] = args.note
     records = merged(args, records, info)
     runs: dict[str, list[dict]] = {}
     for r in records:
         runs.setdefault(json.dumps(r["measured"], sort_keys=True), []).append(r)
-    lines = [
-        measurement_line(
-            rows[0]["measured"],
-            None if len(runs) == 1 else [r["case"] for r in rows],
-            len(rows[0]["meshop"]["times_s"]),
-        )
-        for rows in runs.values()
-    ]
+    lines = []
+    for rows in runs.values():
+        cases = None if len(runs) == 1 else [r["case"] for r in rows]
+        repeats = len(rows[0]["meshop"]["times_s"])
+        lines.append(measurement_line(rows[0]["measured"], cases, repeats))
     thread_counts = sorted({r["threads"] for r in records})
     tables = {f"{t} thread(s)": table(records, t) for t in thread_counts}
     title = "Training steps against the reference code"

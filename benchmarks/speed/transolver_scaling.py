@@ -1,6 +1,5 @@
-"""Transolver's physics-attention (at the paper's size) and model (at the size ``meshop train``
-uses on the CPU datasets) against the number of nodes N, up to a million: forward passes in
-evaluation mode of one sample of N nodes in the unit square.
+"""Transolver's physics-attention (the paper's size) and model (its CPU preset) against the number
+of nodes N, up to a million: forward passes in evaluation mode of one sample.
 
     python -m benchmarks.speed.transolver_scaling            # full table (minutes on one core)
     python -m benchmarks.speed.transolver_scaling --quick    # smoke test
@@ -10,14 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks.lib.common import (
-    devices,
-    parse_args,
-    progress,
-    run_cli_case,
-    scaling_table,
-    write_results,
-)
+from benchmarks.lib import common
 from benchmarks.lib.workloads import unit_square
 from meshop.models import Transolver
 from meshop.nn import PhysicsAttention
@@ -51,23 +43,23 @@ def sizes(quick: bool) -> list[int]:
 
 
 def main(argv=None) -> None:
-    args = parse_args(__doc__.splitlines()[0], argv)
+    args = common.parse_args(__doc__.splitlines()[0], argv)
     records = []
-    for device in devices(args):
+    for device in common.devices(args):
         for case in CASES:
             for n in sizes(args.quick):
-                progress(f"{device} {case} N={n}")
+                common.progress(f"{device} {case} N={n}")
                 record = dict(device=device, case=case, n=n)
-                record |= run_cli_case(prepare, dict(case=case, n=n), device, args)
+                record |= common.run_cli_case(prepare, dict(case=case, n=n), device, args)
                 records.append(record)
     tables = {
-        f"{device.upper()}, forward, one sample": scaling_table(
+        f"{device.upper()}, forward, one sample": common.scaling_table(
             records, device, "case", CASES, HEADERS
         )
-        for device in devices(args)
+        for device in common.devices(args)
     }
     title = "Transolver: time and memory against the number of nodes"
-    write_results("transolver", title, args, tables, records)
+    common.write_results("transolver", title, args, tables, records)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,5 @@
-"""Whole models: training steps of PiT, the Galerkin Transformer and ONO on Elasticity-like data,
-PiT against the same model written densely as the PiT authors' code does (the script checks that
-the two agree first), and PiT inference on big meshes.
+"""Whole models: training steps of PiT, the Galerkin Transformer and ONO, PiT against its dense form
+as the PiT authors' code computes it, and PiT inference on big meshes.
 
     python -m benchmarks.speed.whole_models            # full tables (several minutes on one core)
     python -m benchmarks.speed.whole_models --quick    # smoke test
@@ -115,11 +114,8 @@ def measure_training(args, device: str, records: list[dict]) -> None:
 def measure_inference(args, device: str, records: list[dict]) -> None:
     for n, fields in inference_cases(args.quick):
         record = dict(device=device, table="inference", model="PiT", n=n, fields=fields)
-        ran = [
-            r
-            for r in records
-            if r["device"] == device and r["table"] == "inference" and "peak_mb" in r
-        ]
+        ran = [r for r in records if r["table"] == "inference" and "peak_mb" in r]
+        ran = [r for r in ran if r["device"] == device]
         largest = max(ran, key=lambda r: r["n"], default=None)
         estimate = largest["peak_mb"] / largest["n"] * n / 1024 if largest else 0.0
         if device == "cpu" and estimate > args.max_gb:
@@ -144,16 +140,12 @@ def main(argv=None) -> None:
         measure_training(args, device, records)
         measure_inference(args, device, records)
     for device in common.devices(args):
-        tables[f"{device.upper()}, training step"] = training_table(records, device)
-        tables[f"{device.upper()}, PiT training step, meshop vs dense"] = common.comparison_table(
-            records,
-            {"device": device, "table": "training", "model": "PiT"},
-            ["n", "batch"],
-            ["nodes", "batch"],
-        )
-        tables[f"{device.upper()}, PiT inference (one mesh, no autograd)"] = inference_table(
-            records, device
-        )
+        on = device.upper()
+        tables[f"{on}, training step"] = training_table(records, device)
+        pit = {"device": device, "table": "training", "model": "PiT"}
+        comparison = common.comparison_table(records, pit, ["n", "batch"], ["nodes", "batch"])
+        tables[f"{on}, PiT training step, meshop vs dense"] = comparison
+        tables[f"{on}, PiT inference (one mesh, no autograd)"] = inference_table(records, device)
     title = f"Whole models (width {PIT_WIDTH}, {PIT_HEADS} heads, {PIT_BLOCKS} blocks, "
     common.write_results("models", f"{title}latent mesh {PIT_LATENT} nodes)", args, tables, records)
 
@@ -162,40 +154,22 @@ def training_table(records: list[dict], device: str) -> str:
     def meshop(r: dict) -> bool:
         return r["device"] == device and r["table"] == "training" and r["impl"] == "meshop"
 
-    pit = {r["n"]: r for r in records if meshop(r) and r["model"] == "PiT"}
-    rows = [
-        [
-            r["model"],
-            common.fmt_count(r["n"]),
-            r["batch"],
-            common.fmt_time(common.result_of(r, "time_s")),
-            f"{r['samples_per_s']:.1f}" if "samples_per_s" in r else "-",
-            common.fmt_ratio(
-                common.result_of(r, "samples_per_s"),
-                common.result_of(pit.get(r["n"]), "samples_per_s"),
-            ),
-            common.fmt_mb(common.result_of(r, "peak_mb")),
-            r.get("error", ""),
-        ]
-        for r in records
-        if meshop(r)
-    ]
+    pit = {r["n"]: r.get("samples_per_s") for r in filter(meshop, records) if r["model"] == "PiT"}
+    rows = []
+    for r in filter(meshop, records):
+        speed = r.get("samples_per_s")
+        row = [r["model"], common.fmt_count(r["n"]), r["batch"], common.fmt_time(r.get("time_s"))]
+        row += ["-" if speed is None else f"{speed:.1f}", common.fmt_ratio(speed, pit.get(r["n"]))]
+        rows.append([*row, common.fmt_mb(r.get("peak_mb")), r.get("error", "")])
     return common.markdown_table("model|nodes|batch|step|samples/s|vs PiT|peak memory|notes", rows)
 
 
 def inference_table(records: list[dict], device: str) -> str:
-    rows = [
-        [
-            common.fmt_count(r["n"]),
-            FIELDS[r["fields"]],
-            common.fmt_time(common.result_of(r, "time_s")),
-            common.fmt_mb(common.result_of(r, "peak_mb")),
-            common.fmt_mb(common.result_of(r, "total_peak_mb")),
-            common.notes_of(r),
-        ]
-        for r in records
-        if r["device"] == device and r["table"] == "inference"
-    ]
+    rows = []
+    for r in (r for r in records if r["device"] == device and r["table"] == "inference"):
+        row = [common.fmt_count(r["n"]), FIELDS[r["fields"]], common.fmt_time(r.get("time_s"))]
+        row += [common.fmt_mb(r.get("peak_mb")), common.fmt_mb(r.get("total_peak_mb"))]
+        rows.append([*row, common.notes_of(r)])
     return common.markdown_table("nodes|receptive fields|time|peak memory|process peak|notes", rows)
 
 
