@@ -3,12 +3,15 @@
 Grid tensors are in the node order of :func:`meshop.data.grid_points` (first axis slowest);
 :func:`grid_tensor` and :func:`node_tensor` convert to and from the ``[N, C]`` node features of a
 batch of equal grids, :func:`interpolate_grid` resamples onto another grid over the same box and
-:func:`sample_grid` evaluates at any points. Domains without ``grid_shape`` are refused with an
-error that points to the mesh path.
+:func:`sample_grid` evaluates at any points, :func:`roll_grid` shifts a sample's fields circularly
+over its grid. Domains without ``grid_shape`` are refused with an error that points to the mesh
+path.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Sequence
 
 import torch
@@ -17,6 +20,7 @@ from torch import Tensor
 
 from meshop._pyg import Data, to_dense_batch
 from meshop.data.batching import grid_shape_of, num_samples
+from meshop.errors import MeshError
 
 
 def grid_tensor(x: Tensor, data: Data) -> Tensor:
@@ -78,4 +82,47 @@ def sample_grid(
     return out[:, :, 0].transpose(1, 2)[mask]
 
 
-__all__ = ["grid_tensor", "interpolate_grid", "node_tensor", "sample_grid"]
+def roll_grid(data: Data, shifts: Sequence[int], keep_x: Sequence[int] = ()) -> Data:
+    """A copy of one grid sample whose fields ``x`` and ``y`` are rolled circularly by ``shifts``
+    nodes along the grid's axes (``torch.roll``: the value at node ``i`` moves to node ``i + k``,
+    modulo the axis' size); the coordinates and everything else stay where they are.
+
+    On a domain that is periodic along every axis (the nodes ``j / n`` of the unit interval, the
+    end 1 being node 0) this is the translation of the fields by ``k / n``, exact for a
+    translation-invariant problem: rolling by ``k`` then by ``n - k`` gives the sample back.
+
+    Args:
+        data: one sample with ``grid_shape``, ``x`` (optional) and ``y`` at its grid nodes.
+        shifts: one number of nodes per grid axis.
+        keep_x: channels of ``x`` that stay in place (input channels that are functions of the
+            coordinates, not fields).
+
+    Raises:
+        MeshError: ``data`` has no ``grid_shape``, its fields are not on its grid nodes (query
+            points), or ``shifts`` has not one entry per axis.
+    """
+    shape = grid_shape_of(data)
+    shifts = tuple(int(k) for k in shifts)
+    if len(shifts) != len(shape):
+        raise MeshError(f"roll_grid: {len(shifts)} shifts for a grid of {len(shape)} axes {shape}")
+    nodes = math.prod(shape)
+    out = copy.copy(data)
+    for key in ("x", "y"):
+        values = getattr(data, key, None)
+        if values is None:
+            continue
+        if values.dim() != 2 or len(values) != nodes:
+            raise MeshError(
+                f"roll_grid: '{key}' has shape {tuple(values.shape)}, not one row per node of the "
+                f"{' x '.join(map(str, shape))} grid (samples with query points cannot be rolled)"
+            )
+        dims = tuple(range(2, 2 + len(shape)))
+        rolled = node_tensor(torch.roll(grid_tensor(values, data), shifts, dims))
+        if key == "x" and len(keep_x):
+            keep = torch.as_tensor(list(keep_x), dtype=torch.long, device=values.device)
+            rolled[:, keep] = values[:, keep]
+        setattr(out, key, rolled)
+    return out
+
+
+__all__ = ["grid_tensor", "interpolate_grid", "node_tensor", "roll_grid", "sample_grid"]

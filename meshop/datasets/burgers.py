@@ -122,8 +122,11 @@ class InputFeatures:
     def names(self, fields: tuple[str, ...]) -> tuple[str, ...]:
         """The input names after the transform, from those of ``fields``."""
         derived = tuple(f"{f}_x" for f in fields) if self.gradient else ()
-        modes = tuple(f"{t}{k}" for k in range(1, self.modes + 1) for t in ("cos", "sin"))
-        return (*fields, *derived, *modes)
+        return (*fields, *derived, *self.mode_names())
+
+    def mode_names(self) -> tuple[str, ...]:
+        """The names of the coordinate's modes: ``cos1, sin1, cos2, ...``."""
+        return tuple(f"{t}{k}" for k in range(1, self.modes + 1) for t in ("cos", "sin"))
 
     def __call__(self, data: Data) -> Data:
         data = copy.copy(data)
@@ -178,7 +181,9 @@ class Burgers(GeneratedDataset):
             derivative), computed on access. Models that see where a node is only through its
             features (ONO, Transolver) then have a periodic basis in which a kernel
             :math:`q(x) \\cdot k(y)` can be a convolution: with raw ``x`` the coordinate ends
-            are far apart though they are neighbours.
+            are far apart though they are neighbours. They are the dataset's
+            ``coordinate_inputs``: ``TrainConfig.periodic_shift`` rolls ``u0`` and its
+            derivative over the grid and leaves them in place.
         transform: PyG transform applied on access (after the derived inputs).
         progress: show a tqdm progress bar while generating.
     """
@@ -186,6 +191,8 @@ class Burgers(GeneratedDataset):
     name = "burgers"
     input_names = ("u0",)
     target_names = ("u",)
+    #: inputs that are functions of the coordinate, not fields (random periodic shifts keep them)
+    coordinate_inputs: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -220,6 +227,7 @@ class Burgers(GeneratedDataset):
         features = InputFeatures(gradient, coordinate_modes)
         if features.gradient or features.modes:
             self.input_names = features.names(self.input_names)
+            self.coordinate_inputs = features.mode_names()
             transform = features if transform is None else Compose([features, transform])
         super().__init__(
             root=root,

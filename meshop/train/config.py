@@ -69,6 +69,15 @@ class TrainConfig:
             nodes, with the quadrature weights rescaled so that every integral stays unbiased
             (:func:`meshop.data.subsample.subsample_nodes`); a new subset every epoch. None or
             1: the whole meshes. Test errors are computed on the whole meshes.
+        periodic_shift: data augmentation for problems that are periodic along every axis of a
+            uniform grid and translation-invariant (Burgers): every epoch reads each training
+            sample with its input and target fields rolled by the same random number of nodes
+            along each grid axis (:class:`meshop.train.augment.PeriodicShifts`), the coordinates
+            and the input channels a dataset names as functions of them (``coordinate_inputs``,
+            Burgers' ``coordinate_modes``) staying in place. The shifts follow ``(seed, epoch,
+            sample)``, so runs and resumed runs repeat them; test errors are computed on unshifted
+            samples. Training samples without ``grid_shape`` are refused before the first epoch
+            (and so is ``node_fraction``, which subsamples meshes).
     """
 
     epochs: int = 100
@@ -100,6 +109,7 @@ class TrainConfig:
     compile: bool = False
     chunk_nodes: int | None = None
     node_fraction: float | None = None
+    periodic_shift: bool = False
 
     def __post_init__(self) -> None:
         if self.latent_grid is not None:
@@ -144,6 +154,17 @@ class TrainConfig:
             raise ConfigError(
                 "node_fraction trains on subsets of the nodes, which have no cells for the H1 "
                 "penalty: give h1_weight = 0 or node_fraction = None"
+            )
+        if not isinstance(self.periodic_shift, bool):
+            raise ConfigError(
+                f"periodic_shift must be true or false (random periodic shifts of the training "
+                f"samples), got {self.periodic_shift!r}"
+            )
+        if self.periodic_shift and self.node_fraction is not None and self.node_fraction < 1:
+            raise ConfigError(
+                "periodic_shift rolls the fields of uniform grids, whose nodes node_fraction "
+                "cannot subsample (a grid keeps its shape): give node_fraction = None or "
+                "periodic_shift = false"
             )
         if self.chunk_nodes is not None and int(self.chunk_nodes) < 0:
             raise ConfigError(

@@ -177,15 +177,20 @@ def field_layout_of(dataset, key: str, count: int) -> list[tuple[str, int]]:
 def field_meta(dataset, info: dict) -> dict:
     """The field names and layouts a checkpoint stores (``describe(sample)`` gives ``info``):
     ``input_fields`` / ``target_fields`` as ``[[name, components], ...]`` and ``input_names`` /
-    ``target_names`` as the field names."""
+    ``target_names`` as the field names; ``coordinate_inputs`` too when the dataset names inputs
+    that are functions of the coordinates (random periodic shifts leave them in place)."""
     inputs = field_layout_of(dataset, "input", info["x_channels"]) if info["x_channels"] else []
     targets = field_layout_of(dataset, "target", info["out_channels"])
-    return {
+    meta = {
         "input_fields": [[n, k] for n, k in inputs],
         "target_fields": [[n, k] for n, k in targets],
         "input_names": [n for n, _ in inputs],
         "target_names": [n for n, _ in targets],
     }
+    coordinates = [str(n) for n in getattr(dataset, "coordinate_inputs", None) or ()]
+    if coordinates:
+        meta["coordinate_inputs"] = coordinates
+    return meta
 
 
 #: the :class:`~meshop.train.config.TrainConfig` fields that decide how data is prepared

@@ -142,7 +142,8 @@ def settings_report(plan: RunPlan) -> str:
         "optimiser": f"{config.optimizer}, lr {config.lr:g}, weight decay "
         f"{config.weight_decay:g}, gradient clipping {config.clip or 'none'}",
         "schedule": schedule,
-        "training": f"epochs {config.epochs}, batch {config.batch_size}, seed {config.seed}",
+        "training": f"epochs {config.epochs}, batch {config.batch_size}, seed {config.seed}"
+        + (", random periodic shifts" if config.periodic_shift else ""),
         "dataset": f"{plan.dataset}: " + listed(plan.dataset_args),
     }
     if plan.summary is not None:

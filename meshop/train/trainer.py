@@ -25,6 +25,7 @@ from meshop.data.subsample import NodeSubsets
 from meshop.errors import ConfigError
 from meshop.nn.edge_cache import no_edge_cache
 from meshop.train import checkpoint as ckpt_io
+from meshop.train.augment import PeriodicShifts, check_periodic_grid, coordinate_channels
 from meshop.train.config import TrainConfig
 from meshop.train.data import PreparedData
 from meshop.train.distributed import DistContext, all_gather_objects, all_reduce_sum, barrier, setup
@@ -145,9 +146,17 @@ class Trainer:
             shuffle=True,
             seed=c.seed,
         )
-        steps_on = self.train_set  # every epoch on new random node subsets with node_fraction
+        steps_on = self.train_set
+        # every epoch on new random periodic shifts (periodic_shift), checked before any epoch
+        self.shifts: PeriodicShifts | None = None
+        if c.periodic_shift:
+            self.check_periodic_shift()
+            steps_on = self.shifts = PeriodicShifts(
+                steps_on, c.seed, coordinate_channels(self.meta)
+            )
+        # every epoch on new random node subsets with node_fraction (of the shifted samples)
         if c.node_fraction is not None and c.node_fraction < 1:
-            steps_on = NodeSubsets(self.train_set, c.node_fraction)
+            steps_on = NodeSubsets(steps_on, c.node_fraction)
         self.loader = make_loader(
             steps_on,
             batch_size=self.local_batch,
@@ -168,6 +177,15 @@ class Trainer:
         self.metrics_log = (
             MetricsLog(self.out_dir, c.metrics_format) if self.out_dir is not None else None
         )
+
+    def check_periodic_shift(self) -> None:
+        """Raise :class:`ConfigError` if a training sample is not a uniform grid with its fields at
+        the grid nodes (all samples held in memory; the first of a lazy dataset, whose later samples
+        are checked as they are read)."""
+        samples = self.train_set
+        count = len(samples) if isinstance(samples, list) else min(len(samples), 1)
+        for index in range(count):
+            check_periodic_grid(samples[index], index)
 
     @property
     def checkpoint_path(self) -> Path | None:
@@ -237,6 +255,8 @@ class Trainer:
         c = self.config
         self.net.train()
         self.sampler.set_epoch(self.epoch)
+        if self.shifts is not None:
+            self.shifts.set_epoch(self.epoch)
         total, count, start = 0.0, 0, time.perf_counter()
         bar = tqdm(
             self.loader,

@@ -1,0 +1,91 @@
+"""Data augmentation of the training loop: random periodic shifts (``TrainConfig.periodic_shift``).
+
+A problem that is periodic along every axis of its uniform grid and invariant under translations
+(Burgers on the periodic unit interval) maps a shifted input to the shifted output, so every
+circular shift of a training sample is a training sample. :class:`PeriodicShifts` reads every
+training sample through a new random shift on every epoch; a model that is not
+translation-equivariant by construction (ONO, the Transolver) then sees the map at every position
+instead of learning it at each position from the samples it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from meshop._pyg import Data
+from meshop.data.grid import roll_grid
+from meshop.errors import ConfigError
+
+
+def check_periodic_grid(data: Data, index: int) -> None:
+    """Raise :class:`ConfigError` unless training sample ``index`` can be shifted: a uniform grid
+    (``grid_shape``) with its fields at the grid nodes."""
+    shape = getattr(data, "grid_shape", None)
+    if shape is None:
+        raise ConfigError(
+            f"periodic_shift rolls the fields of samples on uniform grids, but training sample "
+            f"{index} is a mesh without grid_shape: train with periodic_shift = false, or give "
+            "samples on a periodic uniform grid (meshop.data.uniform_grid)"
+        )
+    nodes = int(np.prod(shape))
+    for key in ("x", "y"):
+        values = getattr(data, key, None)
+        if values is not None and len(values) != nodes:
+            raise ConfigError(
+                f"periodic_shift rolls the fields over the grid nodes, but training sample {index} "
+                f"has {len(values)} rows of '{key}' for its {nodes} grid nodes (query points?): "
+                "train with periodic_shift = false, or give the fields at the grid nodes"
+            )
+
+
+def coordinate_channels(meta: dict) -> tuple[int, ...]:
+    """The channels of ``x`` that hold functions of the coordinates rather than fields: those of
+    the inputs a dataset names in ``coordinate_inputs`` (e.g. the Fourier modes of Burgers'
+    ``coordinate_modes``), located by the ``input_fields`` layout of the run's ``meta``."""
+    names = set(meta.get("coordinate_inputs") or ())
+    channels: list[int] = []
+    start = 0
+    for name, components in meta.get("input_fields") or ():
+        if name in names:
+            channels.extend(range(start, start + int(components)))
+        start += int(components)
+    return tuple(channels)
+
+
+class PeriodicShifts(Sequence):
+    """A view of training samples whose every access rolls the sample's ``x`` and ``y`` by the same
+    random number of nodes along each axis of its grid (:func:`meshop.data.grid.roll_grid`); the
+    coordinates, latent mesh and weights stay, and so do the ``keep_x`` channels of ``x``.
+
+    The shifts of sample ``i`` in epoch ``e`` are drawn from ``numpy.random.default_rng([seed, e,
+    i])``, uniformly in ``0 .. n - 1`` per axis of ``n`` nodes: runs with equal seeds, resumed
+    runs and runs with DataLoader workers or several processes all shift alike. Call
+    :meth:`set_epoch` before each epoch, as for a distributed sampler.
+    """
+
+    def __init__(self, dataset: Sequence[Data], seed: int = 0, keep_x: Sequence[int] = ()):
+        self.dataset = dataset
+        self.seed = int(seed) % 2**64  # SeedSequence entropy is non-negative
+        self.keep_x = tuple(int(c) for c in keep_x)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def shifts(self, index: int, shape: Sequence[int]) -> tuple[int, ...]:
+        """The shift of sample ``index`` in the current epoch, one number of nodes per axis."""
+        rng = np.random.default_rng([self.seed, self.epoch, int(index) % len(self)])
+        return tuple(int(rng.integers(int(n))) for n in shape)
+
+    def __getitem__(self, index: int) -> Data:
+        data = self.dataset[index]
+        check_periodic_grid(data, index)
+        return roll_grid(data, self.shifts(index, data.grid_shape), self.keep_x)
+
+
+__all__ = ["PeriodicShifts", "check_periodic_grid", "coordinate_channels"]
