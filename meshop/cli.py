@@ -3,6 +3,9 @@
 Errors in arguments, files, fields or configurations print one line ``meshop: error: ...`` and exit
 with status 2; ``--debug`` shows the full traceback instead. Distributed training runs the same
 command under torchrun: ``torchrun --nproc_per_node 2 -m meshop.cli train ...``.
+
+The line is parsed before anything heavy is imported: each command imports torch, PyG and the
+parts of meshop it needs when it runs, so ``--help`` and argument errors import none of them.
 """
 
 from __future__ import annotations
@@ -97,17 +100,27 @@ def _add_train(sub) -> None:
         "--compile", action="store_true", help="training steps through torch.compile (slow start)"
     )
     p.add_argument("--no-figures", action="store_true", help="do not draw figures at the end")
+    _add_threads(p)
+
+
+def _add_threads(p) -> None:
+    """``--threads N`` of train, evaluate and predict (:func:`_set_threads` applies it)."""
     p.add_argument("--threads", type=int, help="CPU threads per process (torch.set_num_threads)")
+
+
+def _set_threads(args) -> None:
+    """``torch.set_num_threads(args.threads)`` when ``--threads`` was given."""
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
 
 def cmd_train(args) -> int:
     from meshop.train.config import RunConfig, load_config
     from meshop.train.run import train_run
 
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    _set_threads(args)
     run = load_config(args.config) if args.config else RunConfig()
     for key in ("dataset", "model", "out", "data_dir"):
         if getattr(args, key) is not None:
@@ -153,6 +166,7 @@ def _add_evaluate(sub) -> None:
         "sample, with its file)",
     )
     p.add_argument("--batch-size", type=int, default=8)
+    _add_threads(p)
 
 
 def cmd_evaluate(args) -> int:
@@ -160,6 +174,7 @@ def cmd_evaluate(args) -> int:
 
     from meshop.train.run import evaluate_run
 
+    _set_threads(args)
     dataset_args = parse_assignments(args.dataset_arg, "--dataset-arg")
     if args.all_files:
         if "split" in dataset_args:
@@ -236,11 +251,13 @@ def _add_predict(sub) -> None:
         help="predict with a model whose cost grows with the square of the nodes also on a mesh "
         "of more than 200,000 nodes (refused by default, with its estimated time)",
     )
+    _add_threads(p)
 
 
 def cmd_predict(args) -> int:
     from meshop.train.inference import predict_file
 
+    _set_threads(args)
     if args.group and not args.integrate:
         raise ConfigError("--group NAME needs --integrate")
     if args.chunk_nodes is not None and args.chunk_nodes < 0:
@@ -413,9 +430,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("meshop: interrupted", file=sys.stderr)
         return 130
     finally:
-        from meshop.train.distributed import teardown
+        if "torch.distributed" in sys.modules:  # else no process group was joined
+            from meshop.train.distributed import teardown
 
-        teardown()
+            teardown()
 
 
 if __name__ == "__main__":
