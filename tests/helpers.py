@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -203,6 +204,13 @@ TINY_DEMO = DemoSettings(
 )
 
 # ---------------------------------------------------------------- commands
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface, for a torch.distributed process group."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_ok(argv, capsys):

@@ -28,7 +28,6 @@ from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import ACTIVATIONS, MLP
 from meshop.nn.position_attention import PositionAttention
 from meshop.nn.spectral_regressor import SpectralRegressor
-from meshop.nn.splitting import check_shared, mesh_group
 
 #: Table 5 sizes, the defaults for 1D (Burgers) and 2D (Darcy) domains
 PAPER_SIZES = {
@@ -381,7 +380,6 @@ class GalerkinTransformer(Operator):
                 f"default latent mesh on meshes is the input mesh itself, on which each process "
                 f"would need every node's features for its own nodes"
             )
-        check_shared(*latent_nodes(data), mesh_group(), "the latent meshes (latent_pos)")
 
     def _encode(self, h: Tensor, pos: Tensor, batch: Tensor, weight: Tensor | None) -> Tensor:
         for layer in self.encoder:

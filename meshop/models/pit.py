@@ -22,7 +22,6 @@ from meshop.nn.blocks.pit_block import PiTBlock
 from meshop.nn.chunking import Walk
 from meshop.nn.local_position_attention import LocalPositionAttention
 from meshop.nn.mlp import MLP
-from meshop.nn.splitting import check_shared, mesh_group
 
 
 class PiT(Operator):
@@ -253,7 +252,6 @@ class PiT(Operator):
                 "part, 256) samples it from the whole mesh); without it the latent mesh is the "
                 "input mesh, which split_mesh spreads over the processes"
             )
-        check_shared(*latent_nodes(data), mesh_group(), "the latent meshes (latent_pos)")
         if len(self.decoder_processor):
             raise ConfigError(
                 f"PiT with decoder_layers={len(self.decoder_processor)} attends among all the "

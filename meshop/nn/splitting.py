@@ -57,15 +57,11 @@ def split_mesh(group=None):
         SPLIT_GROUP.reset(token)
 
 
-#: the process group of :func:`split_mesh` in force, or None
-mesh_group = split_group
-
-
 def mesh_weight(data: Data, weight: Tensor | None) -> Tensor | None:
     """The nodes' quadrature weights for a chunked pass: ``weight`` as the model's node set has
     them, except that under :func:`split_mesh` a mesh without weights gets 1 per node (its
     default ``1/n`` would count the nodes of one process's part only)."""
-    if weight is None or mesh_group() is None or getattr(data, "weight", None) is not None:
+    if weight is None or split_group() is None or getattr(data, "weight", None) is not None:
         return weight
     return (weight > 0).to(weight.dtype)
 
@@ -180,7 +176,6 @@ __all__ = [
     "AllReduceSum",
     "check_shared",
     "gather_nodes",
-    "mesh_group",
     "mesh_weight",
     "reduce_sums",
     "split_latent_mesh",

@@ -4,7 +4,6 @@ training and the split of one mesh over processes with no code anywhere else."""
 
 import os
 import re
-import socket
 from pathlib import Path
 
 import torch
@@ -13,6 +12,7 @@ import torch.multiprocessing as mp
 
 from meshop.data import from_points, make_loader
 from meshop.nn.splitting import split_mesh
+from tests.helpers import free_port
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 SIZES = (230, 140)
@@ -77,12 +77,6 @@ def test_the_tutorial_model_in_chunks_equals_its_forward_with_the_same_gradients
             torch.testing.assert_close(model.forward_chunked(batch, 50), model(batch))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, port: int, results):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -108,7 +102,7 @@ def _worker(rank: int, port: int, results):
 def test_the_tutorial_model_split_over_two_processes_gives_the_whole_mesh():
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_worker, args=(_free_port(), results), nprocs=2, join=True)
+        mp.spawn(_worker, args=(free_port(), results), nprocs=2, join=True)
         results = dict(results)
     for weighted in (True, False):
         out, grads = step(next(iter(make_loader(samples(weighted), batch_size=2))))

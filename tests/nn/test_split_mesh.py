@@ -3,7 +3,6 @@ a part of the nodes of the same samples, give the outputs and the summed gradien
 with the whole mesh."""
 
 import os
-import socket
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ from meshop.errors import ConfigError
 from meshop.models import ONO, GalerkinTransformer, MLPBaseline, PiT, Transolver
 from meshop.nn.splitting import split_latent_mesh, split_mesh
 from meshop.train.data import with_latent_weight
+from tests.helpers import free_port
 
 MODELS = {
     "transolver": lambda: Transolver(3, 2, 2, width=16, layers=2, heads=2, slices=8),
@@ -63,12 +63,6 @@ def step(name, batch, forward=None):
     return out.detach(), grads
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, port: int, results):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -89,7 +83,7 @@ def _worker(rank: int, port: int, results):
 def test_two_processes_on_halves_of_a_mesh_give_one_process_outputs_and_gradients():
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_worker, args=(_free_port(), results), nprocs=2, join=True)
+        mp.spawn(_worker, args=(free_port(), results), nprocs=2, join=True)
         results = dict(results)
     for name, weighted in CASES:
         batch = next(iter(make_loader(samples(weighted), batch_size=2)))
@@ -282,7 +276,7 @@ def _latent_worker(rank: int, port: int, results):
 def test_pit_and_galerkin_split_at_their_latent_mesh_give_one_process_outputs_and_gradients():
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_latent_worker, args=(_free_port(), results), nprocs=2, join=True)
+        mp.spawn(_latent_worker, args=(free_port(), results), nprocs=2, join=True)
         results = dict(results)
     latent = results[0]["latent"]
     for mine, theirs, data in zip(latent, results[1]["latent"], samples(True)):

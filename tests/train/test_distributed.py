@@ -2,7 +2,6 @@
 whose reductions give known answers and which leave the group at exit."""
 
 import os
-import socket
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ import torch.multiprocessing as mp
 
 from meshop.errors import ConfigError
 from meshop.train import distributed as D
+from tests.helpers import free_port
 
 
 def test_one_process_without_torchrun(monkeypatch):
@@ -47,12 +47,6 @@ def test_devices_without_cuda():
         D.resolve_device("cuda")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, port: int, results):
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -86,7 +80,7 @@ def _worker(rank: int, port: int, results):
 def test_two_gloo_processes_reduce_gather_and_broadcast():
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_worker, args=(_free_port(), results), nprocs=2, join=True)
+        mp.spawn(_worker, args=(free_port(), results), nprocs=2, join=True)
         results = dict(results)
     for rank in (0, 1):
         r = results[rank]
