@@ -241,7 +241,7 @@ class Walk:
 
         chunks = node_chunks(len(pos_dst), size) or [slice(0, 0)]
         if group is not None:  # every process's sums at every target, reduced, then finished
-            merged = SoftmaxSums(*(torch.cat(part) for part in zip(*map(sums, chunks))))
+            merged = SoftmaxSums.cat([sums(nodes) for nodes in chunks])
             merged = reduce_sums(merged, group)
             return run_chunk(partial(finish, chunk_sums=merged), slice(0, len(pos_dst)))
         if not torch.is_grad_enabled():

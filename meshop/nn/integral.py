@@ -59,6 +59,11 @@ class SoftmaxSums:
     def __iter__(self):
         return iter((self.num, self.mass, self.max))
 
+    @staticmethod
+    def cat(parts: list[SoftmaxSums]) -> SoftmaxSums:
+        """The sums of disjoint sets of targets (one after the other), as the sums of all."""
+        return SoftmaxSums(*(torch.cat(values) for values in zip(*parts)))
+
     def rescaled(self, top: Tensor) -> SoftmaxSums:
         """The same sums shifted by ``top`` (>= :attr:`max` everywhere) instead; a set without
         sources stays zero."""

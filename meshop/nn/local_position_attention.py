@@ -25,7 +25,6 @@ from meshop.nn.sparse import SparseAggregate
 #: edges one neighbour search of a driver's chunk finds at most (2^24 edges hold 400 MB of
 #: indices and distances)
 SEARCH_EDGES = 2**24
-SUM_KEYS = ("num", "mass", "max")
 
 
 class LocalPositionAttention(PositionKernel):
@@ -263,7 +262,7 @@ class LocalPositionAttention(PositionKernel):
         if not parts:
             empty = pos_dst.new_zeros(0, self.heads)
             return SoftmaxSums(pos_dst.new_zeros(0, self.heads, self.head_channels), empty, empty)
-        return SoftmaxSums(*(torch.cat([getattr(p, key) for p in parts]) for key in SUM_KEYS))
+        return SoftmaxSums.cat(parts)
 
     def _block_sums(self, x, pos, weight, pos_dst, index, dist) -> SoftmaxSums:
         """The sums of a block of targets over their edges ``index`` (row 0 a target of the
