@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".mutmut"
 
 # The measured runs (counts, run times) and the kinds of survivors left as equivalent, with why:
-# docs/development.md, section "Mutation testing".
+# DEVELOPMENT.md, section "Mutation testing".
 
 #: name -> (module to mutate, the test files that exercise it)
 TARGETS: dict[str, tuple[str, list[str]]] = {

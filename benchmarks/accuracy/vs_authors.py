@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import time
 from pathlib import Path
 
 import torch
 
 from benchmarks.lib import common
-from benchmarks.lib.authors import AuthorsCodeMissing, DenseModel, ono_class, transolver_class
+from benchmarks.lib.authors import (
+    REPOS,
+    AuthorsCodeMissing,
+    DenseModel,
+    ono_class,
+    transolver_class,
+)
 from benchmarks.lib.training_steps import ONO_AUTHORS
 from meshop.datasets.registry import build_dataset
 from meshop.models import ONO, Transolver
@@ -54,6 +62,10 @@ EPOCHS = {"transolver": 60, "ono": 60}
 TRAINING = dict(optimizer="adamw", weight_decay=1e-5, lr=1e-3, schedule="onecycle", pct_start=0.3)
 TRAINING.update(div_factor=25.0, final_div_factor=1e4, clip=0.1, batch_size=4)
 TITLES = {"transolver": "Transolver", "ono": "ONO"}
+#: the options that name a clone of the authors' code, and what the recorded command shows instead
+#: of the measuring machine's folder
+CLONE_OPTIONS = {"transolver": "--transolver-dir", "ono": "--ono-dir"}
+CLONE = "CLONE"
 
 
 def parse_args(argv=None):
@@ -73,6 +85,29 @@ def parse_args(argv=None):
 def result_name(dataset: str) -> str:
     """The result files' name: ``vs_authors`` on Darcy, ``vs_authors_<dataset>`` on the others."""
     return NAME if dataset == "darcy" else f"{NAME}_{dataset}"
+
+
+def neutral_command(command: str) -> str:
+    """``command`` with the folder after each of :data:`CLONE_OPTIONS` replaced by
+    :data:`CLONE`: the recorded command names no folder of the measuring machine."""
+    options = "|".join(re.escape(option) for option in CLONE_OPTIONS.values())
+    return re.sub(rf"({options})(?:=|\s+)(?:'[^']*'|\"[^\"]*\"|[^\s`,;]+)", rf"\1 {CLONE}", command)
+
+
+def authors_source(model: str, clone: Path | None) -> dict:
+    """Which authors' code ran: its public repository and the commit the clone had checked out
+    (None when the clone is not a git checkout)."""
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(Path(clone).expanduser()), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        commit = found.stdout.strip() if found.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"repository": REPOS[TITLES[model]][0], "commit": commit or None}
 
 
 def implementations(model: str, args) -> dict:
@@ -142,8 +177,9 @@ def main(argv=None) -> None:
         raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(SIZES)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
     info = {**common.machine(), "threads": args.threads, "quick": args.quick}
+    info["command"] = neutral_command(info["command"])
     result = {"machine": info, "data": {"dataset": args.dataset}, "training": TRAINING}
-    result.update(sizes={}, records=[], skipped={})
+    result.update(sizes={}, records=[], skipped={}, authors={})
     prepared = None
     for model in models:
         try:
@@ -152,6 +188,8 @@ def main(argv=None) -> None:
             result["skipped"][model] = str(missing)
             common.progress(f"skipping the {TITLES[model]}: {missing}")
             continue
+        clone = getattr(args, CLONE_OPTIONS[model].removeprefix("--").replace("-", "_"))
+        result["authors"][model] = authors_source(model, clone)
         if prepared is None:
             common.progress(f"generating (or loading) the {args.dataset} data")
             options = (QUICK_DATA if args.quick else DATA)[args.dataset]
@@ -201,6 +239,18 @@ def model_table(records: list[dict], model: str) -> str:
     return common.markdown_table(headers, rows)
 
 
+def authors_text(sources: dict) -> str:
+    """The sentence that says which authors' code ran (empty when none did)."""
+    if not sources:
+        return ""
+    parts = []
+    for model, source in sources.items():
+        commit = source.get("commit")
+        at = f"at commit {commit[:12]}" if commit else "at a commit that was not recorded"
+        parts.append(f"the {TITLES[model]}'s from {source['repository']} {at}")
+    return f"The authors' code ({CLONE} in the command: a local clone): {', '.join(parts)}. "
+
+
 def tables(result: dict) -> str:
     info, records = result["machine"], result["records"]
     took = info.get("wall_seconds")
@@ -208,7 +258,9 @@ def tables(result: dict) -> str:
         f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
         f"({info['cpu_cores']} cores, {info['threads']} torch thread(s)), torch {info['torch']}"
         + (f"; the whole command took {took / 60:.1f} min" if took is not None else "")
-        + ". Load: the machine's one-minute load average when each run started (above the "
+        + ". "
+        + authors_text(result.get("authors", {}))
+        + "Load: the machine's one-minute load average when each run started (above the "
         "core count, other jobs shared the cores: the times are longer than alone, the errors "
         "are not affected)."
     )

@@ -1,5 +1,5 @@
 """One (dataset, model) training run as the accuracy table (``accuracy/model_table.py``) and the
-preset trials (``accuracy/tune.py``, ``accuracy/burgers_inputs.py``) set it up: the table's split
+preset trials (``accuracy/tune.py``, ``accuracy/burgers_features.py``) set it up: the table's split
 sizes and dataset options, settings over the presets, the run's configuration, the models'
 titles."""
 

@@ -175,7 +175,7 @@ class Burgers(GeneratedDataset):
             which direction :math:`u_0` moves its mass, the part of the map that is even in
             :math:`u_0` (36 % of the target on the default data) is out of its reach, and PiT
             stalls near 41 %; with the derivative (and lr 2e-3) it reached 2.7 % in 67 epochs
-            (``benchmarks/results/burgers_inputs.md``).
+            (``benchmarks/results/burgers_features.md``).
         coordinate_modes: append :func:`periodic_modes` of the coordinate, :math:`\\cos 2\\pi
             k x` and :math:`\\sin 2\\pi k x` for :math:`k \\le` ``coordinate_modes`` (after the
             derivative), computed on access. Models that see where a node is only through its

@@ -112,7 +112,7 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # maps a mirrored u0 to the mirrored output and cannot learn which way u0 moves its mass
     # (10 epochs: 0.414 with u0, 0.414 with |u0_x|, 0.372 with u0_x; 30 epochs with u0_x:
     # 0.095; 67 epochs with u0_x: 0.0505 with lr 1e-3, 0.0270 with lr 2e-3;
-    # benchmarks/results/burgers_inputs.md)
+    # benchmarks/results/burgers_features.md)
     ("burgers", "pit"): {
         "train": {"loss": "rel_l1", "normalize_pos": False, "lr": 2e-3},
         "model": {"width": 64, "encoder_quantile": 0.01, "decoder_quantile": 0.08, "periodic": 1.0},
@@ -148,7 +148,7 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     **{(dataset, "ono"): {"model": dict(ONO_CPU)} for dataset in MESH_DATASETS},
     # ONO on Burgers: the mesh datasets' size, u0's derivative and the coordinate's Fourier modes
     # (10 epochs: 0.638 with u0 and x, 0.468 with u0_x, 0.414 with 8 modes, 0.359 with both;
-    # benchmarks/results/burgers_inputs.md): its kernels come from the node features, and raw x
+    # benchmarks/results/burgers_features.md): its kernels come from the node features, and raw x
     # gives them no periodic basis in which to be convolutions
     ("burgers", "ono"): {
         "model": dict(ONO_CPU),

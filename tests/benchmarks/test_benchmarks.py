@@ -472,8 +472,7 @@ def test_summary_follows_the_numbers_of_the_result_files():
     dense = next(r for r in records if r.items() >= {**case, "impl": "dense"}.items())
     ours.update(peak_mb=dense["peak_mb"] / 4, time_s=dense["time_s"] / 3)
     row = summary.rows(data)[0]
-    assert row[1].endswith("(4x less), 3.0x faster") and row[2] == "10x less memory: not met"
-    # a training step 25x faster meets the aim
+    assert row[1].endswith("(4x less), 3.0x faster") and len(row) == 2
     training = data["models"]["records"]
     step = next(r for r in training if r.items() >= {"n": 972, "impl": "dense"}.items())
     pit = next(
@@ -481,7 +480,7 @@ def test_summary_follows_the_numbers_of_the_result_files():
     )
     pit["time_s"] = step["time_s"] / 25
     row = next(r for r in summary.rows(data) if r[0].startswith("PiT training step, 972"))
-    assert row[1].startswith("25.0x faster") and row[2] == "20x faster: met"
+    assert row[1].startswith("25.0x faster")
     # a case missing from the results (a quick run) is shown as such, not invented
     records.remove(ours)
     assert summary.rows(data)[0][1] == summary.NOT_MEASURED
@@ -493,17 +492,16 @@ def test_summary_reports_the_training_steps_against_the_papers_code():
     for record in records:
         if record["case"] in ("ONO, 16x16 grid, batch 20", "ONO, 972 nodes, batch 8"):
             record["meshop"]["median_s"] = record["reference"]["median_s"] / 2
-    what, measured, aim = summary.rows(data)[-1]
-    assert what.startswith("training step vs the papers' code: ONO as the authors' ONO2")
+    what, measured = summary.rows(data)[-1]
+    assert what.startswith("training step, speed-up over the papers' code: ONO as the authors'")
     assert measured == "2.00x / 2.00x (one thread), 2.00x / 2.00x (two threads)"
-    assert aim == "1.5x faster: met"
-    # one ratio below the aim at any thread count: not met
+    # each thread count and case has its own ratio
     record = next(
         r for r in records if r["case"] == "ONO, 972 nodes, batch 8" and r["threads"] == 2
     )
     record["meshop"]["median_s"] = record["reference"]["median_s"]
-    _, measured, aim = summary.rows(data)[-1]
-    assert measured.endswith("2.00x / 1.00x (two threads)") and aim == "1.5x faster: not met"
+    _, measured = summary.rows(data)[-1]
+    assert measured.endswith("2.00x / 1.00x (two threads)")
     # a case missing from the results (at every thread count) is shown as such
     records[:] = [r for r in records if r["case"] != "ONO, 972 nodes, batch 8"]
     assert summary.rows(data)[-1][1] == summary.NOT_MEASURED
@@ -527,7 +525,7 @@ def test_summary_command_rewrites_only_the_marked_readme_section(tmp_path):
         summary.main(args)
 
 
-def test_attention_cost_verdict_follows_the_growth_of_each_form():
+def test_attention_cost_gives_the_growth_of_each_form():
 
     def data(fourier_power):
         records = [
@@ -542,8 +540,10 @@ def test_attention_cost_verdict_follows_the_growth_of_each_form():
         ]
         return {"linear_attention": {"records": records}}
 
-    assert summary.attention_cost(data(1))[0][2] == "linear in n, softmax quadratic: met"
-    assert summary.attention_cost(data(2))[0][2] == "linear in n, softmax quadratic: not met"
+    linear = summary.attention_cost(data(1))[0]
+    assert linear[0] == "Galerkin / Fourier attention at n = 4096"
+    assert linear[1] == "41.0 MB / 41.0 MB; time grows as n^1.0 / n^1.0 (softmax n^2.0)"
+    assert summary.attention_cost(data(2))[0][1].endswith("n^1.0 / n^2.0 (softmax n^2.0)")
 
 
 def test_accuracy_runs_longest_first(tmp_path):
@@ -611,6 +611,29 @@ def test_vs_authors_skips_a_model_whose_authors_code_is_not_given(tmp_path, caps
     vs_authors.main(["--quick", "--models", "transolver", "--transolver-dir", str(tmp_path), *out])
     skipped = json.loads((tmp_path / "vs_authors.json").read_text())["skipped"]
     assert "Transolver_Irregular_Mesh.py there" in skipped["transolver"]
+
+
+def test_vs_authors_records_no_folder_of_the_measuring_machine(tmp_path):
+    """The recorded command names the clones as CLONE, and the tables say which repository and
+    commit ran instead of where the clone was."""
+    from benchmarks.accuracy import vs_authors
+
+    command = (
+        "python -m benchmarks.accuracy.vs_authors --transolver-dir /tmp/authors/Transolver "
+        "--ono-dir=/home/me/ONO --epochs 3"
+    )
+    assert vs_authors.neutral_command(command) == (
+        "python -m benchmarks.accuracy.vs_authors --transolver-dir CLONE --ono-dir CLONE --epochs 3"
+    )
+    assert vs_authors.authors_source("ono", tmp_path) == {
+        "repository": "https://github.com/xzppp/ONO",
+        "commit": None,  # not a git checkout
+    }
+    text = vs_authors.authors_text(
+        {"transolver": {"repository": "https://github.com/thuml/Transolver", "commit": "ab" * 20}}
+    )
+    assert "https://github.com/thuml/Transolver at commit abababababab" in text
+    assert str(tmp_path) not in text
 
 
 def test_vs_authors_on_burgers_writes_its_own_result_files(tmp_path, monkeypatch):

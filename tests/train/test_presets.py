@@ -153,7 +153,7 @@ def test_folder_defaults_sit_under_the_explicit_settings_and_only_for_folders():
 def test_burgers_presets_give_an_input_that_tells_left_from_right(model, tmp_path):
     """PiT's distance kernels are mirror-symmetric and ONO's kernels come from the node features:
     on Burgers both read u0's derivative, which changes sign under mirroring (ONO also the
-    coordinate's Fourier modes); benchmarks/results/burgers_inputs.md has the measurements."""
+    coordinate's Fourier modes); benchmarks/results/burgers_features.md has the measurements."""
     options = preset("burgers", model)["dataset"]
     small = dict(resolution=64, fine_resolution=256, num_train=1, num_test=1, progress=False)
     sample = Burgers(root=tmp_path, **{**options, **small})[0]

@@ -1,13 +1,13 @@
-"""Why PiT, ONO and the Transolver did not learn the generated Burgers set: short trainings on the
+"""Burgers: which input features each model needs, measured with short trainings on the
 accuracy table's split (200 train / 50 test samples at resolution 256, seed 0, one thread) with
-other inputs or one change inside a model, each appended to ``results/burgers_inputs.jsonl``.
+other inputs or one change inside a model, each appended to ``results/burgers_features.jsonl``.
 
-    python -m benchmarks.accuracy.burgers_inputs pit --epochs 10 --inputs grad
-    python -m benchmarks.accuracy.burgers_inputs ono --epochs 10 --inputs grad+modes8 \\
+    python -m benchmarks.accuracy.burgers_features pit --epochs 10 --inputs grad
+    python -m benchmarks.accuracy.burgers_features ono --epochs 10 --inputs grad+modes8 \\
         --set model.width=64 --set model.layers=4 --set model.heads=4 --set model.k=16
-    python -m benchmarks.accuracy.burgers_inputs transolver --epochs 20 --slices-report
-    python -m benchmarks.accuracy.burgers_inputs --floor    # a mirror-symmetric model's floor
-    python -m benchmarks.accuracy.burgers_inputs --table    # every trial as Markdown
+    python -m benchmarks.accuracy.burgers_features transolver --epochs 20 --slices-report
+    python -m benchmarks.accuracy.burgers_features --floor    # a mirror-symmetric model's floor
+    python -m benchmarks.accuracy.burgers_features --table    # every trial as Markdown
 
 ``--inputs`` appends to ``u0`` (joined by ``+``): ``grad`` (its periodic central difference),
 ``absgrad`` (its absolute value), ``shift`` (u0 at the next node), ``modesK`` (cos and sin of
@@ -46,7 +46,7 @@ from meshop.train.data import prepare_data
 from meshop.train.presets import preset
 from meshop.train.trainer import Trainer, seed_everything
 
-LOG = RESULTS / "burgers_inputs.jsonl"
+LOG = RESULTS / "burgers_features.jsonl"
 SPLIT = dict(num_train=200, num_test=50, resolution=256, seed=0, progress=False)
 
 
