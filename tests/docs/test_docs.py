@@ -149,7 +149,8 @@ def unwanted_words(text: str) -> list[str]:
 
 def user_pages() -> list[Path]:
     """The pages a user reads: the README, benchmarks/README.md, the pages of the site's nav, every
-    file they include (the result files' tables) and every result file they name."""
+    file they include (the result files' tables), every result file they name and, since a rerun
+    may make any of them cited, every result file."""
     import yaml
 
     def nav(entries) -> list[str]:
@@ -165,6 +166,7 @@ def user_pages() -> list[Path]:
     texts = [page.read_text() for page in pages]
     included = {ROOT / name for text in texts for name in INCLUDE.findall(text)}
     included |= {ROOT / name for text in texts for name in RESULT_FILE.findall(text)}
+    included |= set((ROOT / "benchmarks" / "results").glob("*.md"))
     return pages + sorted(included - set(pages))
 
 
