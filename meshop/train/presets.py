@@ -74,6 +74,12 @@ TRANSOLVER_CPU = {"width": 64, "layers": 4, "heads": 4, "slices": 32}
 ONO_CPU = {"width": 64, "layers": 4, "heads": 4, "k": 16}
 #: the Galerkin and Fourier Transformers' CPU size on meshes (see PAIR_PRESETS)
 GALERKIN_MESH_CPU = {"width": 64, "layers": 4, "path": "mesh"}
+#: the Galerkin and Fourier Transformers' latent mesh on the generated mesh datasets: PiT's
+GALERKIN_LATENT_MESH = {
+    "elasticity": {"latent_points": 256},
+    "airfoil": {"latent_points": 512, "latent_sampling": "random"},
+    "darcy-mesh": {"latent_points": 256},
+}
 
 #: model settings for a dataset (PiT: latent mesh and receptive fields of the paper's Table 9)
 PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
@@ -139,9 +145,15 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # on meshes, the Galerkin and Fourier Transformers' 2D networks (Table 5: width 128, 6
     # layers, 2.2M parameters with the unused grid path) and ONO's (width 128, 8 layers) get one
     # or two epochs in a CPU table's minutes; halved they train 10 times as many (Elasticity,
-    # 20 epochs: Galerkin 0.244 with 153k parameters, ONO 0.271; benchmarks/results/tuning.md)
+    # 20 epochs: Galerkin 0.244 with 153k parameters, ONO 0.271; benchmarks/results/tuning.md).
+    # Their cross attention goes to PiT's latent mesh of each dataset, not to the input mesh:
+    # linear in the mesh size (global attention from every node to every node is quadratic,
+    # refused by meshop predict on large meshes), and 4 times the epochs at equal time on Airfoil
     **{
-        (dataset, model): {"model": dict(GALERKIN_MESH_CPU)}
+        (dataset, model): {
+            "train": dict(GALERKIN_LATENT_MESH[dataset]),
+            "model": dict(GALERKIN_MESH_CPU),
+        }
         for dataset in MESH_DATASETS
         for model in ("galerkin", "fourier")
     },
@@ -221,9 +233,10 @@ PIT_ENCODER_SOURCES = 20
 PIT_DECODER_SOURCES = 12
 #: nodes in a batch for the models without a latent mesh (Airfoil: 8 samples of 11,271 nodes)
 BATCH_NODES = 2**16
-#: above this many nodes per sample, the Galerkin and Fourier Transformers' cross attention gets a
-#: latent mesh of this many nodes instead of the input mesh (its cost is n x latent nodes)
-GALERKIN_LATENT = 2048
+#: the Galerkin and Fourier Transformers' latent mesh on a folder: a quarter of the nodes, between
+#: these bounds (their cross attention's cost is n x latent nodes; to the input mesh it would be
+#: n x n, which meshop predict refuses on large meshes)
+GALERKIN_LATENT = (64, 2048)
 
 
 #: optimisation steps of a folder's run at least (up to 1000 epochs): PiT on Elasticity reached
@@ -242,8 +255,8 @@ def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
       the decoder (so they cover the same area on finer meshes of the same domains), batch 2,
       lr 5e-3 and clipping 1 (the mesh datasets' PiT settings);
     - the other models: batches of about :data:`BATCH_NODES` nodes (1 to 8 samples); the
-      Galerkin and Fourier Transformers a latent mesh of :data:`GALERKIN_LATENT` nodes above that
-      many nodes per sample;
+      Galerkin and Fourier Transformers a latent mesh of a quarter of the nodes
+      (:data:`GALERKIN_LATENT`), so that their cost is linear in the mesh size;
     - at least :data:`MIN_STEPS` optimisation steps (more epochs for a folder of few samples),
       100 epochs at least and 1000 at most;
     - samples of more than 131,072 nodes are trained in checkpointed chunks (the default of
@@ -263,8 +276,9 @@ def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
         )
     else:
         train["batch_size"] = min(max(BATCH_NODES // n, 1), 8)
-        if model in ("galerkin", "fourier") and n > GALERKIN_LATENT:
-            train["latent_points"] = GALERKIN_LATENT
+        if model in ("galerkin", "fourier"):
+            lo, hi = GALERKIN_LATENT
+            train["latent_points"] = min(max(n // 4, lo), hi, n)
     steps = max(-(-data.samples // train["batch_size"]), 1)  # per epoch
     train["epochs"] = min(
         max(DATASET_PRESETS["folder"]["train"]["epochs"], -(-MIN_STEPS // steps)), 1000

@@ -109,7 +109,12 @@ def test_folder_defaults_scale_with_the_size_and_number_of_the_meshes():
     assert transolver["model"] == {"width": 64, "layers": 4, "heads": 4, "slices": 32}
     assert transolver["train"] == {"batch_size": 8, "epochs": 100}
     assert folder_rules("ono", elasticity)["model"]["k"] == 16
-    assert "latent_points" not in folder_rules("galerkin", elasticity)["train"]
+    # the Galerkin and Fourier Transformers get PiT's latent mesh: linear in the mesh size
+    assert folder_rules("galerkin", elasticity)["train"]["latent_points"] == 243
+    assert (
+        folder_rules("fourier", DataSummary(nodes=100, dim=2, samples=10))["train"]["latent_points"]
+        == 64
+    )
     # meshes of a million nodes: batches of one sample, bounded latent meshes and fields that
     # hold twice the input nodes per latent node
     large = DataSummary(nodes=1_000_000, dim=3, samples=40)
@@ -125,6 +130,7 @@ def test_folder_defaults_scale_with_the_size_and_number_of_the_meshes():
     small = DataSummary(nodes=30, dim=2, samples=12)
     pit = folder_rules("pit", small)
     assert pit["train"]["latent_points"] == 30 and pit["train"]["epochs"] == 834
+    assert folder_rules("galerkin", small)["train"]["latent_points"] == 30
     assert pit["model"]["encoder_quantile"] == 0.67 and pit["model"]["decoder_quantile"] == 0.4
     assert folder_rules("mlp", DataSummary(nodes=30, dim=2, samples=1))["train"]["epochs"] == 1000
 
@@ -167,3 +173,25 @@ def test_burgers_presets_give_an_input_that_tells_left_from_right(model, tmp_pat
 
     assert torch.allclose(periodic_derivative(mirror(u0)), -mirror(u0_x), atol=1e-4)
     assert u0_x.abs().max() > 1
+
+
+@pytest.mark.parametrize("dataset", ["elasticity", "airfoil", "darcy-mesh", "folder"])
+@pytest.mark.parametrize("model", ["pit", "galerkin", "fourier", "ono", "transolver", "mlp"])
+def test_no_preset_on_meshes_is_quadratic_in_the_mesh_size(dataset, model):
+    """Every model as the presets of the mesh datasets and of a folder build it predicts on a
+    mesh in time linear in its nodes: meshop predict refuses none of them on large meshes."""
+    from meshop._pyg import Data
+    from meshop.models.registry import build_model
+    from meshop.train.data import LatentMesh
+    from meshop.train.presets import DataSummary
+
+    summary = DataSummary(nodes=2000, dim=2, samples=100) if dataset == "folder" else None
+    chosen = preset(dataset, model, summary)
+    net = build_model(model, in_channels=3, out_channels=1, pos_dim=2, **chosen["model"])
+    train = chosen["train"]
+    latent = LatentMesh(train.get("latent_points"), train.get("latent_grid"))
+    if train.get("latent_sampling"):
+        latent = LatentMesh(train["latent_points"], sampling=train["latent_sampling"])
+    pos = torch.rand(3000, 2, generator=torch.Generator().manual_seed(0))
+    data = latent(Data(pos=pos, x=torch.rand(3000, 1)))
+    assert net.quadratic(data) is None
