@@ -99,6 +99,12 @@ def _add_train(sub) -> None:
     p.add_argument(
         "--compile", action="store_true", help="training steps through torch.compile (slow start)"
     )
+    p.add_argument(
+        "--split-mesh",
+        action="store_true",
+        help="under torchrun, every process trains on its own part of each sample's nodes "
+        "(one mesh over the processes) instead of on other samples",
+    )
     p.add_argument("--no-figures", action="store_true", help="do not draw figures at the end")
     _add_threads(p)
 
@@ -131,6 +137,8 @@ def cmd_train(args) -> int:
         run.train["progress"] = False
     if args.compile:
         run.train["compile"] = True
+    if args.split_mesh:
+        run.train["split_mesh"] = True
     run.model_args.update(parse_assignments(args.model_arg, "--model-arg"))
     run.dataset_args.update(parse_assignments(args.dataset_arg, "--dataset-arg"))
     for key in ("num_train", "num_test"):
@@ -296,6 +304,7 @@ def cmd_predict(args) -> int:
         chunk_nodes=args.chunk_nodes,
         progress=not args.no_progress,
         quadratic_ok=args.quadratic_ok,
+        report=print,
     )
     print(f"wrote {path} ({pred.shape[0]} points, {pred.shape[1]} output channels)")
     if args.integrate:

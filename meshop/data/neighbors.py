@@ -149,7 +149,13 @@ MAX_RADIUS_ROUNDS = 6
 
 
 def quantile_index(
-    pos_src, pos_dst, q: float, batch_src=None, batch_dst=None, method: str = "auto"
+    pos_src,
+    pos_dst,
+    q: float,
+    batch_src=None,
+    batch_dst=None,
+    method: str = "auto",
+    radius_search=None,
 ) -> torch.Tensor:
     """Quantile receptive field of PiT eq. (10): for each target ``i`` the sources ``j`` with
     ``|x_i - y_j|^2 <= r_i^2``, where ``r_i^2`` is the ``q``-quantile (linear interpolation, as
@@ -163,6 +169,12 @@ def quantile_index(
     where too few come back), which is much cheaper when the field holds thousands of sources
     (a 2% field of a 1e6-node mesh holds 20,000); ``"auto"`` picks ``radius`` from
     :data:`RADIUS_SEARCH_FROM` neighbours on. Both give the same edges.
+
+    ``radius_search(pos_dst, r, batch_dst, max_num_neighbors) -> index``: the radius searches
+    among the sources, made otherwise than by torch-cluster over ``pos_src`` (the split driver's,
+    :func:`meshop.nn.splitting.split_fields`: each process searches its own part of the sources
+    and the edges are gathered); it must return every source within ``r``, or at least
+    ``max_num_neighbors`` of them for a target that has more. Implies ``method="radius"``.
     """
     if not 0.0 <= q <= 1.0:
         raise ConfigError(f"quantile must be in [0, 1], got {q}")
@@ -175,8 +187,11 @@ def quantile_index(
     count = torch.bincount(batch_src, minlength=num_batches)  # sources per sample
     below, frac = quantile_rank(count, q, pos_src.dtype)  # per sample
     k_needed = int((below + 2).clamp(max=count).max())
-    if method == "radius" or (method == "auto" and k_needed >= RADIUS_SEARCH_FROM):
-        return _quantile_by_radius(pos_src, pos_dst, batch_src, batch_dst, q, count, below, frac)
+    by_radius = method == "radius" or (method == "auto" and k_needed >= RADIUS_SEARCH_FROM)
+    if by_radius or radius_search is not None:
+        return _quantile_by_radius(
+            pos_src, pos_dst, batch_src, batch_dst, q, count, below, frac, radius_search
+        )
     margin = 4
     while True:
         k = min(k_needed + margin, int(count.max()))
@@ -220,8 +235,11 @@ def _estimated_radius2(pos_src, pos_dst, batch_src, batch_dst, q, count) -> torc
     return estimate
 
 
-def _quantile_by_radius(pos_src, pos_dst, batch_src, batch_dst, q, count, below, frac):
-    """:func:`quantile_index` by radius searches around estimated thresholds.
+def _quantile_by_radius(
+    pos_src, pos_dst, batch_src, batch_dst, q, count, below, frac, radius_search=None
+):
+    """:func:`quantile_index` by radius searches around estimated thresholds (``radius_search``:
+    :func:`quantile_index`'s; None: torch-cluster's).
 
     A radius search returns every source closer than its radius, so when it returns at least
     ``below + 2`` sources for a target (its whole sample otherwise), their sorted distances are the
@@ -254,14 +272,17 @@ def _quantile_by_radius(pos_src, pos_dst, batch_src, batch_dst, q, count, below,
             most = int(count[sample].max())
             cap = most if bool(uncapped[targets].any()) else CAP_FACTOR * int(needed[targets].max())
             cap = min(most, cap + 64)
-            index = torch_cluster.radius(
-                pos_src,
-                pos_dst[targets],
-                math.sqrt(r2),
-                batch_src,
-                batch_dst[targets],
-                max_num_neighbors=cap,
-            )
+            if radius_search is None:
+                index = torch_cluster.radius(
+                    pos_src,
+                    pos_dst[targets],
+                    math.sqrt(r2),
+                    batch_src,
+                    batch_dst[targets],
+                    max_num_neighbors=cap,
+                )
+            else:
+                index = radius_search(pos_dst[targets], math.sqrt(r2), batch_dst[targets], cap)
             index = group_by_target(index)
             dist = squared_distance(pos_src, pos_dst[targets], index)
             found = torch.bincount(index[0], minlength=len(targets))

@@ -105,6 +105,12 @@ class Operator(nn.Module):
         outputs of the whole mesh at this process's nodes."""
         return self.compute(data, Walk(chunk_nodes))
 
+    def check_split(self, data: Data) -> None:
+        """Raise :class:`ConfigError`, saying what to do, when :meth:`forward_chunked` cannot
+        split ``data`` over processes (:func:`~meshop.nn.splitting.split_mesh`); ``data`` may
+        be a whole sample or a process's part of it. Models that split every layer accept
+        anything."""
+
     def compute(self, data: Data, walk: Walk) -> Tensor:
         """The model's forward pass, written once against ``walk``
         (:class:`~meshop.nn.chunking.Walk`): per-node work through ``walk.map``, every integral

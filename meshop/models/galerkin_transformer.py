@@ -306,7 +306,7 @@ class GalerkinTransformer(Operator):
         grid path and without a latent mesh."""
         x = self.features(data)
         if walk.group is not None:
-            self._check_split(data)
+            self.check_split(data)
         if self.uses_grid_path(data):
             return self._grid_forward(data, x)
         pos, batch = data.pos, node_batch(data)
@@ -362,7 +362,7 @@ class GalerkinTransformer(Operator):
             return "its softmax attention weighs every pair of nodes; use galerkin attention"
         return None
 
-    def _check_split(self, data: Data) -> None:
+    def check_split(self, data: Data) -> None:
         """What :meth:`forward_chunked` cannot split over processes, refused with what to do."""
         name = "Fourier" if self.config["attention"] == "fourier" else "Galerkin"
         if self.uses_grid_path(data):

@@ -173,7 +173,7 @@ class PiT(Operator):
         ``decoder_layers`` (attention among the query points of every process) and with
         ``pointwise`` and query points (their nearest input node may be another process's)."""
         if walk.group is not None:
-            self._check_split(data)
+            self.check_split(data)
         features = self.features(data)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
@@ -243,7 +243,7 @@ class PiT(Operator):
             )
         return None
 
-    def _check_split(self, data: Data) -> None:
+    def check_split(self, data: Data) -> None:
         """What :meth:`forward_chunked` cannot split over processes, refused with what to do."""
         if getattr(data, "latent_pos", None) is None:
             raise ConfigError(

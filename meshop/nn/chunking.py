@@ -35,7 +35,7 @@ from torch.utils.checkpoint import checkpoint
 from meshop.data.batching import node_chunks, part
 from meshop.errors import ConfigError
 from meshop.nn.integral import SPLIT_GROUP, Integral, SoftmaxSums, Source, rows, split_group
-from meshop.nn.splitting import check_shared, gather_nodes, reduce_sums
+from meshop.nn.splitting import check_shared, gather_nodes, reduce_sums, split_fields
 
 
 def check_chunk_nodes(chunk_nodes: int) -> int:
@@ -202,8 +202,9 @@ class Walk:
     ):
         """A ``cuts = "targets"`` layer for chunks of targets: each chunk's sums over every
         source (the layer streams or searches them, checkpointing its own blocks), reduced over
-        the processes of a split (the targets then every process's: checked), finished and
-        applied, checkpointed under autograd."""
+        the processes of a split (the targets then every process's: checked; a layer that
+        searches gets the whole mesh's fields to its own sources, :func:`split_fields`),
+        finished and applied, checkpointed under autograd."""
         cross = pos_dst is not None
         if not cross:
             pos_dst, batch_dst = pos, batch
@@ -214,9 +215,14 @@ class Walk:
             if layer.searches:
                 among = gather_nodes(pos, batch, group)
         size = layer.target_chunk(chunk_nodes, batch if among is None else among[1])
-        searched = {"among": among} if layer.searches else {}
 
         def sums(nodes):
+            searched = {}
+            if among is not None:  # the whole mesh's fields, to this process's sources
+                with torch.no_grad():
+                    searched["edges"] = split_fields(
+                        layer, pos, batch, among, pos_dst[nodes], batch_dst[nodes], group
+                    )
             return layer.partial(
                 x,
                 pos,

@@ -133,8 +133,9 @@ class Integral(nn.Module):
     cuts: str = "nodes"
     #: integrals computed one after the other, each pass reading the state of the one before
     passes: int = 1
-    #: the layer searches receptive fields among the sources (the split driver then gives it the
-    #: coordinates of every process's sources: ``partial(..., among=(pos, batch, mine))``)
+    #: the layer searches receptive fields among the sources (the split driver then searches the
+    #: whole mesh's with the layer's ``neighbors`` and gives it those that reach the process's
+    #: own sources: ``partial(..., edges=index)``)
     searches: bool = False
 
     def partial(

@@ -224,7 +224,7 @@ class LocalPositionAttention(PositionKernel):
         *,
         pos_dst,
         batch_dst,
-        among=None,
+        edges=None,
         chunk_nodes=None,
         **extra,
     ) -> SoftmaxSums:
@@ -233,20 +233,14 @@ class LocalPositionAttention(PositionKernel):
         may be a function of their rows: only the sources that some field holds are read. The
         fields are searched once for all these targets (without the neighbour cache); the edges
         are then attended in blocks of about ``4 * chunk_nodes`` edges, each checkpointed under
-        autograd. ``among``: ``(pos, batch, mine)``, the coordinates of a larger source set to
-        search the fields in (every process's part of a split mesh) and where this layer's
-        sources are among them; the sums are then over this layer's sources of the fields."""
-        search_pos, search_batch = (pos, batch) if among is None else among[:2]
+        autograd. ``edges``: the fields already searched, ``[2, E]`` (row 0 a target, row 1 a
+        source), sorted by target, then source (the split driver's: the whole mesh's fields to
+        this process's sources, :func:`~meshop.nn.splitting.split_fields`)."""
         with torch.no_grad():  # the fields: found once, outside the recomputed part
-            index, dist = self.neighbors(
-                search_pos, pos_dst, search_batch, batch_dst, use_cache=False
-            )
-            if among is not None:  # this layer's sources, in their own rows (order kept)
-                local = torch.full((len(search_pos),), -1, dtype=torch.long, device=pos.device)
-                local[among[2]] = torch.arange(len(among[2]), device=pos.device)
-                source_row = local[index[1]]
-                own = source_row >= 0
-                index, dist = torch.stack([index[0][own], source_row[own]]), dist[own]
+            if edges is None:
+                index, dist = self.neighbors(pos, pos_dst, batch, batch_dst, use_cache=False)
+            else:
+                index, dist = edges, squared_distance(pos, pos_dst, edges)
         num_dst = len(pos_dst)
         field = max(1, len(dist) // max(num_dst, 1))
         block = num_dst if chunk_nodes is None else max(1, 4 * chunk_nodes // field)

@@ -23,8 +23,9 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-from meshop._pyg import Data
+from meshop._pyg import Data, torch_cluster
 from meshop.data.latent import farthest_point_sampling
+from meshop.data.neighbors import quantile_index, radius_index, sort_edges
 from meshop.errors import ConfigError
 from meshop.nn.integral import SPLIT_GROUP, SoftmaxSums, split_group
 
@@ -134,6 +135,79 @@ def gather_nodes(pos: Tensor, batch: Tensor, group) -> tuple[Tensor, Tensor, Ten
     return all_pos[order], all_batch[order], where[first : first + len(pos)]
 
 
+def gather_edges(index: Tensor, group) -> Tensor:
+    """Every process's edges ``[2, E_p]`` of ``group`` concatenated in the order of the
+    processes: the same ``[2, sum E_p]`` on every process."""
+    dist = torch.distributed
+    size = dist.get_world_size(group)
+    count = torch.tensor([index.shape[1]], device=index.device)
+    counts = [torch.zeros_like(count) for _ in range(size)]
+    dist.all_gather(counts, count, group=group)
+    counts = [int(c) for c in counts]
+    padded = index.new_zeros(2, max(counts))
+    padded[:, : index.shape[1]] = index
+    every = [torch.empty_like(padded) for _ in range(size)]
+    dist.all_gather(every, padded, group=group)
+    return torch.cat([edges[:, :c] for edges, c in zip(every, counts)], dim=1)
+
+
+def split_fields(
+    layer, pos: Tensor, batch: Tensor, among, pos_dst: Tensor, batch_dst: Tensor, group
+):
+    """The receptive fields of ``layer`` (a layer that ``searches``:
+    :class:`~meshop.nn.LocalPositionAttention`) from targets that every process of ``group``
+    holds (``pos_dst``, sorted ``batch_dst``: a latent mesh) to the sources of every process:
+    the edges ``[2, E]`` (row 0 a target, row 1 a row of this process's ``pos``) of the whole
+    mesh's fields (:meth:`neighbors` among every process's coordinates, ``among`` of
+    :func:`gather_nodes`) that reach this process's nodes, sorted by target, then source: the
+    edges the layer attends over. Each process searches where that is exact:
+
+    - quantile fields (open domains): the radius searches of
+      :func:`~meshop.data.neighbors.quantile_index` run on each process's own nodes and their
+      edges are gathered, so that every target's quantile radius is the whole mesh's while each
+      process builds its search trees over its own nodes only;
+    - radius fields (open domains): each process its own nodes, unless some target holds
+      ``max_num_neighbors`` sources of all the processes (which of them a search keeps is its
+      own: then as below);
+    - k nearest, periodic boxes: each process searches the fields of every ``size``-th target
+      among the gathered coordinates, and the edges are gathered.
+    """
+    dist = torch.distributed
+    size, rank = dist.get_world_size(group), dist.get_rank(group)
+    all_pos, all_batch, mine = among
+    field = layer.field
+    open_domain = layer.periodic is None
+    index = None
+    if open_domain and "quantile" in field:
+
+        def radius_search(dst, r, dst_batch, cap):
+            local = torch_cluster.radius(pos, dst, r, batch, dst_batch, max_num_neighbors=cap)
+            return gather_edges(torch.stack([local[0], mine[local[1]]]), group)
+
+        index = quantile_index(
+            all_pos, pos_dst, field["quantile"], all_batch, batch_dst, radius_search=radius_search
+        )
+    elif open_domain and "radius" in field:
+        local = radius_index(
+            pos, pos_dst, field["radius"], batch, batch_dst, layer.max_num_neighbors
+        )
+        found = torch.bincount(local[0], minlength=len(pos_dst))
+        dist.all_reduce(found, group=group)
+        if not bool((found >= layer.max_num_neighbors).any()):
+            return sort_edges(local, len(pos_dst), len(pos))
+    if index is None:  # every size-th target's whole field, gathered
+        share = torch.arange(rank, len(pos_dst), size, device=pos_dst.device)
+        found, _ = layer.neighbors(
+            all_pos, pos_dst[share], all_batch, batch_dst[share], use_cache=False
+        )
+        index = gather_edges(torch.stack([share[found[0]], found[1]]), group)
+    own = torch.full((len(all_pos),), -1, dtype=torch.long, device=pos.device)
+    own[mine] = torch.arange(len(mine), device=pos.device)
+    source = own[index[1]]
+    keep = source >= 0
+    return sort_edges(torch.stack([index[0][keep], source[keep]]), len(pos_dst), len(pos))
+
+
 def check_shared(pos: Tensor, batch: Tensor, group, what: str) -> None:
     """Raise :class:`ConfigError` unless every process of ``group`` holds exactly the same nodes
     ``pos`` with the same ``batch``, in the same order: the same shape, then the elementwise
@@ -175,9 +249,11 @@ def split_latent_mesh(data: Data, num_points: int, seed: int | None = 0, group=N
 __all__ = [
     "AllReduceSum",
     "check_shared",
+    "gather_edges",
     "gather_nodes",
     "mesh_weight",
     "reduce_sums",
+    "split_fields",
     "split_latent_mesh",
     "split_mesh",
 ]

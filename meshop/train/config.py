@@ -16,6 +16,12 @@ SCHEDULES = ("onecycle", "cosine", "constant")
 LOSSES = ("rel_l2", "rel_l1")
 METRICS_FORMATS = ("jsonl", "csv")
 LATENT_SAMPLINGS = ("fps", "random")
+#: why ``split_mesh`` refuses other settings
+SPLIT_CLASH = {
+    "node_fraction": "it subsamples the meshes that split_mesh spreads over the processes",
+    "h1_weight": "the H1 penalty needs the cells of the whole mesh on one process",
+    "compile": "its steps run the model's chunked pass, which compile does not wrap",
+}
 
 
 @dataclass
@@ -29,7 +35,8 @@ class TrainConfig:
 
     Attributes:
         epochs: passes over the training split.
-        batch_size: global batch (split evenly over the processes of a distributed run).
+        batch_size: global batch (split evenly over the processes of a distributed run; with
+            ``split_mesh`` every process holds a part of the nodes of each of its samples).
         lr: peak (one-cycle) or initial (cosine, constant) learning rate.
         optimizer: ``"adam"`` or ``"adamw"``.
         weight_decay: L2 (adam) or decoupled (adamw) weight decay.
@@ -78,6 +85,13 @@ class TrainConfig:
             sample)``, so runs and resumed runs repeat them; test errors are computed on unshifted
             samples. Training samples without ``grid_shape`` are refused before the first epoch
             (and so is ``node_fraction``, which subsamples meshes).
+        split_mesh: under torchrun, every process trains on the same batches, each holding its
+            own part of every sample's nodes (:mod:`meshop.train.split`: one mesh over the
+            processes, :func:`meshop.nn.splitting.split_mesh`), instead of other samples (data
+            parallel); the loss and the gradients are the whole meshes'. Needs a model that
+            splits (a latent mesh for PiT and the Galerkin and Fourier Transformers:
+            ``latent_points``) and samples without query points; not with ``node_fraction``,
+            ``h1_weight`` or ``compile``.
     """
 
     epochs: int = 100
@@ -110,6 +124,7 @@ class TrainConfig:
     chunk_nodes: int | None = None
     node_fraction: float | None = None
     periodic_shift: bool = False
+    split_mesh: bool = False
 
     def __post_init__(self) -> None:
         if self.latent_grid is not None:
@@ -166,6 +181,23 @@ class TrainConfig:
                 "cannot subsample (a grid keeps its shape): give node_fraction = None or "
                 "periodic_shift = false"
             )
+        if not isinstance(self.split_mesh, bool):
+            raise ConfigError(
+                f"split_mesh must be true or false (each sample's nodes split over the processes "
+                f"of torchrun), got {self.split_mesh!r}"
+            )
+        if self.split_mesh:
+            clash = {
+                "node_fraction": self.node_fraction is not None and self.node_fraction < 1,
+                "h1_weight": bool(self.h1_weight),
+                "compile": bool(self.compile),
+            }
+            for name, given in clash.items():
+                if given:
+                    raise ConfigError(
+                        f"split_mesh cannot train with {name} = {getattr(self, name)!r} "
+                        f"({SPLIT_CLASH[name]}): give one of them"
+                    )
         if self.chunk_nodes is not None and int(self.chunk_nodes) < 0:
             raise ConfigError(
                 f"chunk_nodes must be a number of nodes >= 0 (0: never chunk), got "

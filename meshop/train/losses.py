@@ -11,14 +11,26 @@ from meshop.errors import ConfigError
 REDUCTIONS = ("mean", "sum", "none")
 
 
-def _per_sample_norm(
+def _per_sample_sum(
     values: torch.Tensor, batch: torch.Tensor | None, p: int, num_samples: int | None
 ):
+    """``sum |values|^p`` over the nodes of every sample."""
     if batch is None:
         batch = torch.zeros(values.shape[0], dtype=torch.long, device=values.device)
     size = num_samples if num_samples is not None else int(batch.max()) + 1
     per_node = values.abs().pow(p).reshape(values.shape[0], -1).sum(-1)
-    return scatter(per_node, batch, dim=0, dim_size=size, reduce="sum").pow(1.0 / p)
+    return scatter(per_node, batch, dim=0, dim_size=size, reduce="sum")
+
+
+def whole_sums(sums: torch.Tensor, group) -> torch.Tensor:
+    """Per-sample sums over each process's part of the same samples (``split_mesh``) summed over
+    the processes of ``group``: the whole meshes' sums, the same on every process. The other
+    processes' parts enter as constants: each process differentiates the same loss through its
+    own part only, so the sum over the processes of their gradients is the whole loss's
+    gradient (:mod:`meshop.nn.splitting`), as for a loss summed over the nodes."""
+    total = sums.detach().clone()
+    torch.distributed.all_reduce(total, group=group)
+    return sums + (total - sums.detach())
 
 
 def relative_lp(
@@ -29,6 +41,7 @@ def relative_lp(
     num_samples: int | None = None,
     reduction: str = "mean",
     eps: float = 1e-12,
+    group=None,
 ) -> torch.Tensor:
     """Relative Lp error ``||pred - target||_p / ||target||_p`` of each sample, then reduced.
 
@@ -38,15 +51,20 @@ def relative_lp(
         batch: [N] sample index of each node (None: one sample).
         p: 2 for the relative L2 of the papers, 1 for PiT's Burgers/ShockTube.
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one value per sample).
+        group: under :func:`~meshop.nn.splitting.split_mesh`, the processes that hold the other
+            parts of the same samples: the sums of both norms are summed over them before the
+            division (:func:`whole_sums`), so every process gets the whole meshes' errors.
 
     Raises:
         ConfigError: an unknown ``reduction``.
     """
     if reduction not in REDUCTIONS:
         raise ConfigError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")
-    err = _per_sample_norm(pred - target, batch, p, num_samples)
-    ref = _per_sample_norm(target, batch, p, num_samples)
-    rel = err / (ref + eps)
+    err = _per_sample_sum(pred - target, batch, p, num_samples)
+    ref = _per_sample_sum(target, batch, p, num_samples)
+    if group is not None:
+        err, ref = whole_sums(err, group), whole_sums(ref, group)
+    rel = err.pow(1.0 / p) / (ref.pow(1.0 / p) + eps)
     if reduction == "none":
         return rel
     return rel.sum() if reduction == "sum" else rel.mean()

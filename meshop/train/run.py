@@ -31,6 +31,7 @@ from meshop.train.inference import latent_of
 from meshop.train.metrics import per_sample_errors, per_sample_table, summarize, write_table
 from meshop.train.plots import plot_loss_curve, plot_sample
 from meshop.train.presets import DataSummary, preset, summarize_data
+from meshop.train.split import check_launch
 from meshop.train.trainer import Trainer, seed_everything
 
 #: the model parameters that ``meshop train`` sets from the data
@@ -72,10 +73,12 @@ def plan_run(run: RunConfig) -> RunPlan:
 
     Raises:
         ConfigError: an option of a wrong name, type or value; no dataset or no model; no
-            ``data_dir`` for a dataset that needs one.
+            ``data_dir`` for a dataset that needs one; ``split_mesh`` without torchrun.
     """
     check_arguments(TrainConfig, run.train, "the training configuration")
-    from_dict(run.train)  # the explicit values' ranges and choices
+    explicit = from_dict(run.train)  # the explicit values' ranges and choices
+    if explicit.split_mesh:  # before any data is read (presets never set it)
+        check_launch(setup(explicit.device))
     model_cls = model_class(run.model) if run.model else None
     if model_cls is not None:
         check_arguments(model_cls, run.model_args, f"model '{run.model}'", FROM_DATA)
@@ -143,7 +146,12 @@ def settings_report(plan: RunPlan) -> str:
         f"{config.weight_decay:g}, gradient clipping {config.clip or 'none'}",
         "schedule": schedule,
         "training": f"epochs {config.epochs}, batch {config.batch_size}, seed {config.seed}"
-        + (", random periodic shifts" if config.periodic_shift else ""),
+        + (", random periodic shifts" if config.periodic_shift else "")
+        + (
+            f", every sample's nodes split over {plan.ctx.world_size} processes"
+            if config.split_mesh
+            else ""
+        ),
         "dataset": f"{plan.dataset}: " + listed(plan.dataset_args),
     }
     if plan.summary is not None:

@@ -33,6 +33,14 @@ from meshop.train.losses import relative_h1, relative_lp
 from meshop.train.metrics import MetricsLog, per_sample_errors, summarize
 from meshop.train.normalized import NormalizedModel
 from meshop.train.optim import build_optimizer, build_scheduler
+from meshop.train.split import (
+    MeshParts,
+    broadcast_state,
+    check_launch,
+    check_model,
+    split_forward,
+    sum_gradients,
+)
 
 
 def seed_everything(seed: int) -> None:
@@ -42,12 +50,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def training_loss(pred: torch.Tensor, batch, config: TrainConfig) -> torch.Tensor:
+def training_loss(pred: torch.Tensor, batch, config: TrainConfig, group=None) -> torch.Tensor:
     """Mean per-sample relative L2 (or L1) error, plus ``h1_weight`` times the relative H1 seminorm
-    (Galerkin Transformer, Sec. 4), on physical values."""
+    (Galerkin Transformer, Sec. 4), on physical values. ``group``: the processes of a split mesh
+    (``split_mesh``), whose parts of the samples' errors are summed (the whole meshes' loss)."""
     _, query_batch = query_nodes(batch)
     p = 1 if config.loss == "rel_l1" else 2
-    loss = relative_lp(pred, batch.y, query_batch, p, num_samples(batch))
+    loss = relative_lp(pred, batch.y, query_batch, p, num_samples(batch), group=group)
     if config.h1_weight:
         loss = loss + config.h1_weight * relative_h1(pred, batch.y, batch)
     return loss
@@ -86,6 +95,12 @@ class Trainer:
     RNG states and history. ``fit(resume=True)`` continues from that checkpoint; a run killed at any
     point and resumed ends with the same parameters and metrics as an uninterrupted one.
 
+    With ``split_mesh`` (under torchrun) every process reads the same batches and trains on its
+    own part of each sample's nodes, and the processes take the step of the whole meshes' loss
+    (:mod:`meshop.train.split`) instead of averaging the gradients of other samples; a model that
+    cannot split is refused here, before the first step. Test errors are computed as in data
+    parallel training, each sample whole on one process.
+
     The data comes from :func:`~meshop.train.data.prepare_data` (latent meshes, the normalisers
     fitted on the training split, which are stored with the model as a
     :class:`~meshop.train.normalized.NormalizedModel`, and the field names); raw splits are
@@ -121,7 +136,12 @@ class Trainer:
         data.check_config(c)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.ctx: DistContext = setup(c.device)
-        if c.batch_size % self.ctx.world_size:
+        #: every process holds a part of the nodes of the same samples (split_mesh)
+        self.split = c.split_mesh
+        if self.split:
+            check_launch(self.ctx)
+            check_model(model, data.train_set[0])
+        if c.batch_size % self.ctx.world_size and not self.split:
             raise ConfigError(
                 f"batch_size {c.batch_size} is the global batch and must be divisible by "
                 f"the number of processes ({self.ctx.world_size})"
@@ -138,11 +158,11 @@ class Trainer:
         self.model = NormalizedModel(model, normalizers, c.chunk_nodes).to(self.ctx.device)
         self.history: list[dict[str, Any]] = []
         self.epoch = 0  # completed epochs
-        self.local_batch = c.batch_size // self.ctx.world_size
+        self.local_batch = c.batch_size // self.replicas
         self.sampler = DistributedSampler(
             self.train_set,
-            num_replicas=self.ctx.world_size,
-            rank=self.ctx.rank,
+            num_replicas=self.replicas,
+            rank=self.ctx.rank % self.replicas,
             shuffle=True,
             seed=c.seed,
         )
@@ -157,6 +177,8 @@ class Trainer:
         # every epoch on new random node subsets with node_fraction (of the shifted samples)
         if c.node_fraction is not None and c.node_fraction < 1:
             steps_on = NodeSubsets(steps_on, c.node_fraction)
+        if self.split:  # each process's part of every sample, after any augmentation
+            steps_on = MeshParts(steps_on, self.ctx.rank, self.ctx.world_size)
         self.loader = make_loader(
             steps_on,
             batch_size=self.local_batch,
@@ -167,7 +189,9 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, c)
         self.scheduler = build_scheduler(self.optimizer, c, c.epochs * self.steps_per_epoch)
         self.net = self.model
-        if self.ctx.distributed:
+        if self.split:  # the same start on every process; gradients summed by the step
+            broadcast_state(self.model)
+        elif self.ctx.distributed:
             device_ids = [self.ctx.device] if self.ctx.device.type == "cuda" else None
             self.net = DistributedDataParallel(
                 self.model, device_ids=device_ids, find_unused_parameters=c.find_unused_parameters
@@ -186,6 +210,12 @@ class Trainer:
         count = len(samples) if isinstance(samples, list) else min(len(samples), 1)
         for index in range(count):
             check_periodic_grid(samples[index], index)
+
+    @property
+    def replicas(self) -> int:
+        """The processes that share out the samples: all of them, or one with ``split_mesh``
+        (every process reads every batch, its own parts of the samples)."""
+        return 1 if self.split else self.ctx.world_size
 
     @property
     def checkpoint_path(self) -> Path | None:
@@ -240,11 +270,15 @@ class Trainer:
 
     # -- loop ----------------------------------------------------------------------------------
     def step(self, batch) -> float:
-        """One optimisation step on a batch; returns the loss."""
-        pred = self.net(batch)
-        loss = training_loss(pred, batch, self.config)
+        """One optimisation step on a batch; returns the loss. With ``split_mesh``: on this
+        process's part of the batch, the whole batch's loss and gradient."""
+        group = torch.distributed.group.WORLD if self.split else None
+        pred = split_forward(self.model, batch, group) if self.split else self.net(batch)
+        loss = training_loss(pred, batch, self.config, group)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.split:
+            sum_gradients(self.model.parameters(), group)
         if self.config.clip:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip)
         self.optimizer.step()
@@ -279,9 +313,10 @@ class Trainer:
                 elapsed = time.perf_counter() - start
                 bar.set_postfix(
                     loss=f"{total / count:.4g}",
-                    samples_s=f"{count * self.ctx.world_size / elapsed:.1f}",
+                    samples_s=f"{count * self.replicas / elapsed:.1f}",
                 )
-        total, count = all_reduce_sum([total, count], self.ctx)
+        if not self.split:  # split_mesh: every process has every sample's loss
+            total, count = all_reduce_sum([total, count], self.ctx)
         seconds = time.perf_counter() - start
         return {
             "train_loss": total / count,

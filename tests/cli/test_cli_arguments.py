@@ -131,7 +131,8 @@ BAD_INPUTS = [
         "div_factor, final_div_factor, clip, loss, h1_weight, normalize_x, normalize_y, "
         "normalize_params, normalize_pos, seed, eval_every, latent_points, latent_grid, "
         "latent_sampling, num_workers, device, metrics_format, progress, "
-        "find_unused_parameters, compile, chunk_nodes, node_fraction, periodic_shift)",
+        "find_unused_parameters, compile, chunk_nodes, node_fraction, periodic_shift, "
+        "split_mesh)",
     ),
     (
         ["--train-arg", "latent_sampling=2"],

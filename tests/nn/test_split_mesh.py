@@ -3,6 +3,7 @@ a part of the nodes of the same samples, give the outputs and the summed gradien
 with the whole mesh."""
 
 import os
+import types
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ import torch.multiprocessing as mp
 from meshop.data import from_points, make_loader
 from meshop.errors import ConfigError
 from meshop.models import ONO, GalerkinTransformer, MLPBaseline, PiT, Transolver
-from meshop.nn.splitting import split_latent_mesh, split_mesh
+from meshop.nn.splitting import gather_nodes, split_fields, split_latent_mesh, split_mesh
 from meshop.train.data import with_latent_weight
 from tests.helpers import free_port
 
@@ -319,3 +320,74 @@ def test_pit_and_galerkin_split_at_their_latent_mesh_give_one_process_outputs_an
     for rank in (0, 1):
         for key, message in expected.items():
             assert message in (results[rank]["refusals"][key] or ""), (rank, key)
+
+
+# the receptive fields of a split cross attention (split_fields): the whole mesh's, to each
+# process's own nodes; quantile fields searched by radius over each process's own nodes
+FIELDS = {
+    "quantile": dict(quantile=0.1),
+    "small-quantile": dict(quantile=0.02),
+    "k": dict(k=7),
+    "radius": dict(radius=0.15),
+    "radius-capped": dict(radius=0.3, max_num_neighbors=8),  # about 56 nodes within 0.3
+    "periodic-quantile": dict(quantile=0.1, periodic=1.0),
+}
+
+
+def _fields_worker(rank: int, port: int, results):
+    import meshop.nn.splitting as splitting
+    from meshop._pyg import torch_cluster
+    from meshop.data import farthest_point_sampling
+    from meshop.nn import LocalPositionAttention
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    searched = []  # the sources of every radius search split_fields makes itself
+
+    def radius(x, *args, **kwargs):
+        searched.append(len(x))
+        return torch_cluster.radius(x, *args, **kwargs)
+
+    splitting.torch_cluster = types.SimpleNamespace(radius=radius)
+    try:
+        whole = samples(True)
+        held = held_nodes(rank)
+        pos = torch.cat([d.pos[held[i]] for i, d in enumerate(whole)])
+        batch = torch.cat([torch.full((len(h),), i) for i, h in enumerate(held)])
+        latent = [d.pos[farthest_point_sampling(d.pos, LATENT_POINTS, seed=0)] for d in whole]
+        pos_dst = torch.cat(latent)
+        batch_dst = torch.arange(2).repeat_interleave(LATENT_POINTS)
+        among = gather_nodes(pos, batch, dist.group.WORLD)
+        own = torch.full((len(among[0]),), -1, dtype=torch.long)
+        own[among[2]] = torch.arange(len(pos))
+        out = {}
+        for name, field in FIELDS.items():
+            layer = LocalPositionAttention(4, 4, 1, **field)
+            searched.clear()
+            edges = split_fields(layer, pos, batch, among, pos_dst, batch_dst, dist.group.WORLD)
+            # the whole mesh's fields (every process's coordinates), restricted to this one's
+            index, _ = layer.neighbors(among[0], pos_dst, among[1], batch_dst, use_cache=False)
+            keep = own[index[1]] >= 0
+            expected = torch.stack([index[0][keep], own[index[1][keep]]])
+            widest = int(torch.bincount(index[0]).max())
+            out[name] = (torch.equal(edges, expected), edges.shape[1], widest, list(searched))
+        results[rank] = (out, len(pos))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_split_receptive_fields_are_the_whole_mesh_s_and_quantiles_search_own_nodes():
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_fields_worker, args=(free_port(), results), nprocs=2, join=True)
+        results = dict(results)
+    for rank in (0, 1):
+        out, nodes = results[rank]
+        for name, (same, edges, _widest, searched) in out.items():
+            assert same and edges > 0, (rank, name)
+            if name.endswith("quantile") and name != "periodic-quantile":
+                # every radius search of the quantile's radii over this process's own nodes
+                assert searched and set(searched) == {nodes}, (rank, name, searched)
+            else:
+                assert not searched, (rank, name)
+        assert out["radius-capped"][2] == 8  # the whole search kept max_num_neighbors
