@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -232,8 +233,8 @@ def check_quadratic(model: torch.nn.Module, data: Data) -> None:
     """Refuse, before the prediction, a model whose cost on ``data`` grows with the square of
     its nodes (:meth:`meshop.models.Operator.quadratic`) when ``data`` has more than
     :data:`QUADRATIC_FROM` nodes, with the time it would take: the model timed on a random
-    subset of :data:`QUADRATIC_PROBE` of the nodes (no query points, equal weights), scaled by
-    the square of the ratio.
+    subset of :data:`QUADRATIC_PROBE` of the nodes (:func:`probe_subset`), scaled by the square
+    of the ratio.
 
     Raises:
         ConfigError: what makes the model quadratic, its estimated time, and what avoids it.
@@ -243,19 +244,149 @@ def check_quadratic(model: torch.nn.Module, data: Data) -> None:
     nodes = total_nodes(data)
     if reason is None or nodes <= QUADRATIC_FROM:
         return
-    keep = torch.randperm(len(data.pos), generator=torch.Generator().manual_seed(0))
-    keep = keep[:QUADRATIC_PROBE].sort().values.to(data.pos.device)
-    probe = Data(**{key: data[key][keep] for key in ("pos", "x") if key in data})
-    for key in ("params", "latent_pos"):  # per sample, not per node
-        if key in data:
-            probe[key] = data[key]
+    probe = probe_subset(data, QUADRATIC_PROBE)
     start = time.perf_counter()
     predict_in_chunks(model, probe, 0)
-    seconds = (time.perf_counter() - start) * (nodes / len(probe.pos)) ** 2
+    seconds = (time.perf_counter() - start) * (nodes / total_nodes(probe)) ** 2
     raise ConfigError(
         f"the model's cost grows with the square of the nodes on this mesh ({nodes:,} nodes, "
         f"about {seconds / 60:,.0f} minutes estimated from a {len(probe.pos):,}-node subset): "
         f"{reason}; or pass quadratic_ok=True (meshop predict --quadratic-ok) to run it anyway"
+    )
+
+
+#: the subset :func:`estimate_prediction` runs the model on: this fraction of the nodes, between
+#: these bounds (the whole mesh below the lower one)
+PROBE_FRACTION = 1 / 32
+PROBE_NODES = (16_384, 262_144)
+
+
+def probe_subset(data: Data, nodes: int, seed: int = 0) -> Data:
+    """A random subset of ``nodes`` of a domain's input nodes, in their order, with the same
+    fraction of its query points: what :func:`estimate_prediction` and :func:`check_quadratic`
+    time. Per-node fields are cut; the quadrature weights are scaled by the inverse fraction (so
+    that they still sum to the domain's measure); per-sample ones (``params``, a latent mesh)
+    kept."""
+    generator = torch.Generator().manual_seed(seed)
+    n = len(data.pos)
+    keep = torch.randperm(n, generator=generator)[:nodes].sort().values.to(data.pos.device)
+    probe = Data(**{key: data[key][keep] for key in ("pos", "x") if key in data})
+    if getattr(data, "weight", None) is not None:
+        probe.weight = data.weight[keep] * (n / len(keep))
+    query = getattr(data, "query_pos", None)
+    if query is not None:
+        count = max(1, round(len(query) * len(keep) / n))
+        probe.query_pos = query[torch.randperm(len(query), generator=generator)[:count].sort()[0]]
+    for key in ("params", "latent_pos", "latent_weight"):  # per sample, not per node
+        if key in data:
+            probe[key] = data[key]
+    return probe
+
+
+@dataclass
+class PredictionEstimate:
+    """What a prediction will cost (:func:`estimate_prediction`): the model's pass (the latent
+    mesh's sampling, the receptive fields' search, the layers) and the writing of the result, in
+    seconds, the process's peak resident memory (bytes; reading the mesh included), and the
+    nodes the progress bar will count."""
+
+    seconds: float
+    write_seconds: float
+    memory: int
+    reported: int
+    probe_nodes: int
+
+    def __str__(self) -> str:
+        return (
+            f"about {_duration(self.seconds + self.write_seconds)} (the model "
+            f"{_duration(self.seconds)}, writing {_duration(self.write_seconds)}) and a peak "
+            f"memory of {_gb(self.memory)}, estimated from a {self.probe_nodes:,}-node subset"
+        )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def _resident() -> tuple[int, int] | None:
+    """This process's resident memory now and its peak since the last :func:`_reset_peak`
+    (Linux' ``VmRSS`` and ``VmHWM``; None where unknown)."""
+    try:
+        with open("/proc/self/status") as status:
+            values = dict(line.split(":", 1) for line in status if line.startswith("Vm"))
+        return int(values["VmRSS"].split()[0]) * 1024, int(values["VmHWM"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _reset_peak() -> bool:
+    """Reset the peak resident memory that :func:`_resident` reads (Linux >= 4.0), after giving
+    the memory that the C allocator holds free back to the system (``malloc_trim``, glibc), so
+    that what the next steps allocate shows in the resident memory instead of reusing it
+    unseen."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+#: nodes of the subset that :func:`estimate_prediction` runs first, untimed (the first pass of a
+#: process pays once for what later passes do not)
+WARM_UP_NODES = 2048
+#: seconds and bytes of writing a predicted mesh, per node, over those of the model's pass on a
+#: node of PiT at the CPU presets' width (benchmarks/results/predict_file.md): 1e6 nodes took
+#: 3.8 s to write
+WRITE_SECONDS_PER_NODE = 3.8e-6
+
+
+def estimate_prediction(
+    model: torch.nn.Module, ckpt: dict[str, Any], data: Data, chunk_nodes: int | None = None
+) -> PredictionEstimate:
+    """The time and memory :func:`predict` will take on ``data`` (after the mesh is read),
+    measured on a random subset of the nodes (:data:`PROBE_FRACTION` of them, within
+    :data:`PROBE_NODES`) and scaled to the whole: the subset gets its latent mesh and is
+    predicted in chunks of the same fraction of ``chunk_nodes`` (the same number of chunks, so
+    that every cost of the pass, per node or per chunk, scales with the nodes). The memory is
+    the subset's peak resident memory above the start (Linux; elsewhere the rough
+    :func:`memory_estimate`) scaled alike. The probe costs about :data:`PROBE_FRACTION` of the
+    prediction."""
+    nodes = total_nodes(data)
+    if chunk_nodes is None:
+        chunk_nodes = default_chunk_nodes(nodes)
+    lo, hi = PROBE_NODES
+    size = min(len(data.pos), max(lo, min(hi, round(len(data.pos) * PROBE_FRACTION))))
+    probe = probe_subset(data, size)
+    scale = nodes / max(total_nodes(probe), 1)
+    chunk = None if not chunk_nodes else max(1, round(chunk_nodes / scale))
+    counted = [0]
+    warm = probe_subset(data, min(WARM_UP_NODES, len(data.pos)), seed=1)
+    predict_in_chunks(model, latent_of(ckpt)(warm), 0)  # first-call costs, not per node
+    resident = _resident()
+    before = resident if _reset_peak() else None
+    start = time.perf_counter()
+    with reporting_chunks(lambda n: counted.__setitem__(0, counted[0] + n)):
+        predict_in_chunks(model, latent_of(ckpt)(probe), chunk or 0)
+    seconds = (time.perf_counter() - start) * scale
+    after = _resident() if before is not None else None
+    if before is not None and after is not None:
+        extra = int(max(after[1] - before[0], 0) * scale)
+    else:
+        extra = memory_estimate(model, ckpt, nodes, chunk_nodes or 0).total
+    now, peak = resident if resident is not None else (0, 0)
+    return PredictionEstimate(
+        seconds=seconds,
+        write_seconds=WRITE_SECONDS_PER_NODE * nodes,
+        memory=max(peak, now + extra),
+        reported=int(counted[0] * scale),
+        probe_nodes=total_nodes(probe),
     )
 
 
@@ -461,6 +592,7 @@ def predict_file(
     chunk_nodes: int | None = None,
     progress: bool = False,
     quadratic_ok: bool = False,
+    report: Callable[[str], None] | None = None,
 ) -> tuple[Path, torch.Tensor]:
     """Read ``mesh`` (any meshio format), predict at its nodes or at ``query`` points (CSV or mesh
     file), write ``out``: a mesh file with the predictions as point data, or CSV for ``.csv``.
@@ -480,6 +612,10 @@ def predict_file(
     whose cost grows with the square of the nodes is refused on large meshes unless
     ``quadratic_ok`` (:func:`check_quadratic`).
 
+    ``report`` (``print`` in ``meshop predict``) gets a line before the prediction with the time
+    and memory it will take (:func:`estimate_prediction`, whose nodes are then the progress bar's
+    total), and one after it with what it took.
+
     Returns:
         ``(written path, predictions [N_query, C_out])``.
     """
@@ -495,28 +631,47 @@ def predict_file(
         if Path(query).suffix.lower() not in (".csv", ".txt"):
             query_mesh = read_mesh(query)
     check_memory(model, ckpt, total_nodes(data), chunk_nodes, f"'{mesh}'")
+    prepared = latent_of(ckpt)(data)
+    if not quadratic_ok:
+        check_quadratic(model, prepared)
+    estimate = None
+    if report is not None or progress:
+        estimate = estimate_prediction(model, ckpt, data, chunk_nodes)
+        if report is not None:
+            report(f"predicting on {total_nodes(data):,} nodes: {estimate}")
     bar = tqdm(
         desc="predicting",
+        total=None if estimate is None else estimate.reported,
         unit="node",
         unit_scale=True,
         file=sys.stderr,
         disable=not progress or None,
     )
+    start = time.perf_counter()
     with bar, reporting_chunks(bar.update):
-        pred = predict(model, ckpt, data, chunk_nodes, quadratic_ok)
+        pred = predict_in_chunks(model, prepared, chunk_nodes)
+    seconds = time.perf_counter() - start
     fields = split_fields(pred, checkpoint_fields(ckpt, "target"))
     out = Path(out)
+    write_start = time.perf_counter()
     if out.suffix.lower() == ".csv":
         points = data.query_pos if query is not None else data.pos
-        return write_points_csv(
+        path = write_points_csv(
             out, points.numpy(), {k: v.numpy() for k, v in fields.items()}, overwrite
-        ), pred
-    target_mesh = data
-    if query is not None:
-        target_mesh = query_mesh if query_mesh is not None else Data(pos=data.query_pos)
-    elif getattr(data, "x", None) is not None:
-        fields = {**split_fields(data.x, input_layout), **fields}
-    return write_mesh(out, target_mesh, fields, overwrite=overwrite), pred
+        )
+    else:
+        target_mesh = data
+        if query is not None:
+            target_mesh = query_mesh if query_mesh is not None else Data(pos=data.query_pos)
+        elif getattr(data, "x", None) is not None:
+            fields = {**split_fields(data.x, input_layout), **fields}
+        path = write_mesh(out, target_mesh, fields, overwrite=overwrite)
+    if report is not None:
+        report(
+            f"predicted in {_duration(seconds)}, wrote in "
+            f"{_duration(time.perf_counter() - write_start)}"
+        )
+    return path, pred
 
 
 def prediction_integrals(

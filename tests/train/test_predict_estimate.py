@@ -1,0 +1,112 @@
+"""What `meshop predict` says a prediction will cost before it runs: the probe it measures on,
+the nodes its progress bar counts, the peak memory against the measured one, and the lines it
+prints."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import meshop.train.inference as inference
+from meshop._pyg import Data
+from meshop.cli import main
+from meshop.data import write_mesh
+from meshop.data.batching import reporting_chunks
+from meshop.train import load_model
+from meshop.train.inference import (
+    estimate_prediction,
+    predict_in_chunks,
+    probe_subset,
+    read_inputs,
+)
+from tests.helpers import predict_case
+
+#: a fresh process predicts on a mesh and prints the estimated and the measured peak of its
+#: resident memory above the resident memory before the prediction, in bytes
+MEASURE = """
+import sys
+import meshop.train.inference as inference
+
+def status(key):
+    with open("/proc/self/status") as lines:
+        return next(int(line.split()[1]) * 1024 for line in lines if line.startswith(key + ":"))
+
+run, mesh, out, chunk = sys.argv[1:]
+inference.load_model(run)
+with open("/proc/self/clear_refs", "w") as clear_refs:
+    clear_refs.write("5")  # the high-water mark from here
+before = status("VmRSS")
+said, estimate = [], inference.estimate_prediction
+inference.estimate_prediction = lambda *args: said.append(estimate(*args)) or said[-1]
+inference.predict_file(run, mesh, out, chunk_nodes=int(chunk), report=print)
+print(said[0].memory - before, status("VmHWM") - before)
+"""
+
+
+@pytest.fixture(scope="module")
+def big_mesh(trained):
+    root, run = trained
+    data, a, _ = predict_case(200, 3.0)  # 40,000 nodes
+    path = root / "estimate.vtu"
+    write_mesh(path, data, {"a": a}, overwrite=True)
+    return run, path
+
+
+def test_the_probe_is_a_random_fraction_of_the_nodes_and_query_points_with_the_measure_kept():
+    torch.manual_seed(0)
+    data = Data(pos=torch.rand(1000, 2), x=torch.rand(1000, 3), weight=torch.rand(1000))
+    data.query_pos = torch.rand(200, 2)
+    data.params = torch.ones(1, 2)
+    probe = probe_subset(data, 100)
+    assert len(probe.pos) == 100 and len(probe.query_pos) == 20
+    rows = [int(torch.nonzero((data.pos == p).all(1))) for p in probe.pos]
+    assert rows == sorted(rows) and len(set(rows)) == 100  # a subset, in the mesh's order
+    assert torch.equal(probe.x, data.x[rows])
+    assert torch.allclose(probe.weight, data.weight[rows] * 10)  # the measure, on average
+    assert torch.equal(probe.params, data.params)
+    assert not torch.equal(probe_subset(data, 100, seed=1).pos, probe.pos)
+
+
+def test_the_estimate_counts_the_nodes_the_progress_bar_will_count(big_mesh):
+    run, path = big_mesh
+    model, ckpt = load_model(run)
+    data, _ = read_inputs(ckpt, path)
+    for chunk in (4096, 10_000):
+        estimate = estimate_prediction(model, ckpt, data, chunk)
+        assert estimate.probe_nodes == 16_384  # the probe's lower bound (40,000 / 32 is less)
+        done = []
+        with reporting_chunks(done.append):
+            predict_in_chunks(model, inference.latent_of(ckpt)(data), chunk)
+        assert abs(estimate.reported - sum(done)) <= 0.1 * sum(done)
+    whole = estimate_prediction(model, ckpt, data, 0)  # unchunked: nothing reported
+    assert whole.reported == 0 and whole.seconds > 0 and whole.memory > 0
+
+
+@pytest.mark.parametrize("chunk", [0, 4096])
+def test_the_peak_memory_estimate_is_within_a_third_of_the_measured_peak(big_mesh, chunk):
+    run, path = big_mesh
+    out = path.parent / f"estimate_{chunk}.vtu"
+    argv = [sys.executable, "-c", MEASURE, str(run), str(path), str(out), str(chunk)]
+    said = subprocess.check_output(argv, text=True).splitlines()
+    estimate, measured = map(float, said[-1].split())
+    assert measured > 0 and 1 / 1.3 <= estimate / measured <= 1.3
+
+
+def test_meshop_predict_says_what_it_will_take_before_and_what_it_took_after(
+    big_mesh, capsys, monkeypatch
+):
+    run, path = big_mesh
+    probed = []
+    real = inference.estimate_prediction
+    monkeypatch.setattr(
+        inference, "estimate_prediction", lambda *a, **k: probed.append(1) or real(*a, **k)
+    )
+    out = path.parent / "said.vtu"
+    argv = ["predict", "--checkpoint", str(run), "--mesh", str(path), "--out", str(out)]
+    assert main([*argv, "--chunk-nodes", "8192", "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("predicting on 40,000 nodes: about ")
+    assert "a peak memory of " in lines[0] and "16,384-node subset" in lines[0]
+    assert lines[1].startswith("predicted in ") and ", wrote in " in lines[1]
+    assert lines[2].startswith(f"wrote {out}") and probed == [1]
