@@ -1,13 +1,16 @@
 """``meshop predict`` end to end on a large .vtu file: time and peak memory of the command against
-N, every model (trained for one epoch first), and the memory ``memory_estimate`` expected.
+N, every model (trained for one epoch first by ``meshop train`` with the folder defaults), against
+the time and peak memory it estimated before predicting, and the model's chunked forward pass in
+it (the rest: starting, reading, the estimate's probe, writing).
 
-    python -m benchmarks.speed.predict_file                 # 1e6 nodes, every model
+    python -m benchmarks.speed.predict_file                 # 1e5, 1e6 and 2e6 nodes, every model
     python -m benchmarks.speed.predict_file --sizes 1e6,1e7 --models transolver
     python -m benchmarks.speed.predict_file --quick         # smoke test
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -16,12 +19,37 @@ import meshio
 import numpy as np
 
 from benchmarks.lib import common
-from meshop.train import load_model
-from meshop.train.inference import memory_estimate
 
 MODELS = ("pit", "galerkin", "ono", "transolver", "mlp")
-#: the models given a latent mesh (their presets use the input mesh, N x N at scale)
-LATENT = {"pit": 256, "galerkin": 256}
+#: PiT's latent mesh (the folder rule would give the training meshes' quarter, 64 nodes)
+LATENT = {"pit": 256}
+#: ``meshop predict`` in a process that also prints, as its last line, the estimate it made and
+#: the seconds of the model's chunked forward pass (JSON)
+PREDICT = """
+import json, sys, time
+import meshop.train.inference as inference
+from meshop.cli import main
+
+said, forward = {}, [0.0, 0.0]
+estimate, walk = inference.estimate_prediction, inference.predict_in_chunks
+
+def timed(*args, **kwargs):
+    start = time.perf_counter()
+    try:
+        return walk(*args, **kwargs)
+    finally:
+        forward[0] += time.perf_counter() - start
+
+def estimated(*args, **kwargs):
+    said.update(vars(estimate(*args, **kwargs)))
+    forward[:] = [0.0, time.perf_counter()]  # the probe's passes are not the prediction's
+    return inference.PredictionEstimate(**said)
+
+inference.estimate_prediction, inference.predict_in_chunks = estimated, timed
+code = main(sys.argv[1:])
+print(json.dumps({**said, "forward_s": forward[0], "rest_s": time.perf_counter() - forward[1]}))
+sys.exit(code)
+"""
 
 
 def square(side: int) -> meshio.Mesh:
@@ -37,12 +65,15 @@ def square(side: int) -> meshio.Mesh:
     return meshio.Mesh(points, cells, point_data={"a": a, "u": a + points[:, 0]})
 
 
-def python(*argv: str) -> tuple[float, float]:
-    """Run ``python ARGV`` in a new process; its wall time (s) and peak resident set (MB)."""
+def python(*argv: str) -> dict:
+    """Run ``python ARGV`` in a new process: its wall time (``seconds``), peak resident set
+    (``peak_mb``) and ``output``."""
     run = common.run_process([sys.executable, *argv])
     if run["exit_code"] != 0:
-        raise SystemExit(f"{' '.join(argv)} failed with status {run['exit_code']}")
-    return run["seconds"], run["peak_mb"]
+        raise SystemExit(
+            f"{' '.join(argv)} failed with status {run['exit_code']}:\n{run['output']}"
+        )
+    return run
 
 
 def train(model: str, folder: Path, run: Path) -> None:
@@ -56,7 +87,7 @@ def train(model: str, folder: Path, run: Path) -> None:
 
 def options(parser) -> None:
     parser.add_argument(
-        "--sizes", default="1e6", help="node counts, comma separated (default: 1e6)"
+        "--sizes", default="1e5,1e6,2e6", help="node counts, comma separated (default: 1e5,1e6,2e6)"
     )
     parser.add_argument("--models", default=",".join(MODELS), help="models, comma separated")
 
@@ -80,42 +111,72 @@ def main(argv=None) -> None:
                 if not run.exists():
                     common.progress(f"training {model} for one epoch")
                     train(model, tmp / "train", run)
-                _, start = python("-c", f"from meshop.train import load_model; load_model('{run}')")
-                net, ckpt = load_model(run)
-                estimate = memory_estimate(net, ckpt, side * side)
                 common.progress(f"{model}: predicting on {side * side:,} nodes")
                 argv = ["predict", "--checkpoint", str(run), "--mesh", str(path)]
                 argv += ["--out", str(tmp / "out.vtu"), "--overwrite", "--no-progress"]
-                seconds, peak = python("-m", "meshop", *argv)
-                record = {
-                    "model": model,
-                    "nodes": side * side,
-                    "file_mb": path.stat().st_size / common.MB,
-                }
-                record.update(time_s=seconds, peak_mb=peak, above_start_mb=peak - start)
-                record.update(
-                    estimate_mb=estimate.total / common.MB, chunk_nodes=estimate.chunk_nodes
+                argv += ["--threads", str(args.threads)]
+                done = python("-c", PREDICT, *argv)
+                said = json.loads(done["output"].strip().splitlines()[-1])
+                records.append(
+                    {
+                        "model": model,
+                        "nodes": side * side,
+                        "file_mb": path.stat().st_size / common.MB,
+                        "time_s": done["seconds"],
+                        "forward_s": said["forward_s"],
+                        "estimate_s": said["seconds"] + said["write_seconds"],
+                        "rest_s": said["rest_s"],
+                        "peak_mb": done["peak_mb"],
+                        "estimate_mb": said["memory"] / common.MB,
+                        "probe_nodes": said["probe_nodes"],
+                    }
                 )
-                records.append(record)
     rows = [
         [
             r["model"],
             common.fmt_count(r["nodes"]),
             common.fmt_mb(r["file_mb"]),
             common.fmt_time(r["time_s"]),
+            common.fmt_time(r["forward_s"]),
+            f"{r['time_s'] / r['forward_s']:.2f}",
+            common.fmt_time(r["rest_s"]),
+            common.fmt_time(r["estimate_s"]),
+            f"{r['estimate_s'] / r['rest_s']:.2f}",
             common.fmt_mb(r["peak_mb"]),
-            common.fmt_mb(r["above_start_mb"]),
             common.fmt_mb(r["estimate_mb"]),
-            f"{r['estimate_mb'] / r['above_start_mb']:.2f}",
+            f"{r['estimate_mb'] / r['peak_mb']:.2f}",
         ]
         for r in records
     ]
-    headers = "model|N|file|time|peak|above start|estimate|estimate / above"
+    headers = (
+        "model|N|file|time|forward|time / forward|after the estimate|estimated|"
+        "estimated / after|peak|estimated peak|estimated / peak"
+    )
     caption = "CPU, `meshop predict` on a triangle mesh (.vtu, zlib)"
     tables = {caption: common.markdown_table(headers, rows)}
+    growth = per_node_growth(records)
+    if growth:
+        tables["Peak memory per node between the two largest meshes"] = growth
     common.write_results(
         "predict_file", "`meshop predict` on a large mesh file", args, tables, records
     )
+
+
+def per_node_growth(records: list[dict]) -> str:
+    """Each model's peak memory growth per node between its two largest meshes (bytes), the
+    file included: what a larger mesh costs beyond the fixed part."""
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in records):
+        mine = sorted((r for r in records if r["model"] == model), key=lambda r: r["nodes"])
+        if len(mine) < 2:
+            continue
+        small, large = mine[-2], mine[-1]
+        grown = (
+            (large["peak_mb"] - small["peak_mb"]) * common.MB / (large["nodes"] - small["nodes"])
+        )
+        span = f"{common.fmt_count(small['nodes'])} -> {common.fmt_count(large['nodes'])}"
+        rows.append([model, span, f"{grown:.0f}"])
+    return common.markdown_table("model|nodes|bytes per node", rows) if rows else ""
 
 
 if __name__ == "__main__":
