@@ -42,8 +42,10 @@ EPOCHS: dict[tuple[str, str], int] = {
     }.items()
     for model, epochs in zip(MODELS, row)
 }
-#: refinement levels of the DarcyMesh test meshes evaluated without retraining (2x, 4x finer)
+#: refinement levels of the test meshes evaluated without retraining (2x, 4x finer) ...
 REFINEMENTS = (1, 2)
+#: ... on the datasets that have them (the same test samples meshed finer), and what stays the same
+REFINED = {"elasticity": "cavities and loads", "darcy-mesh": "domains and fields"}
 #: the frozen per-epoch training times of every pair that ``--equal-time`` divides
 EPOCH_SECONDS = "epoch_seconds.json"
 README = common.ROOT / "README.md"
@@ -99,7 +101,7 @@ def zero_shot_tests(dataset: str, args) -> list[dict]:
         options = dataset_options("darcy", args)
         finer = super_resolutions(options["resolution"], options["fine_resolution"])
         return [{"resolution": r} for r in finer]
-    return [{"refinement": level} for level in REFINEMENTS] if dataset == "darcy-mesh" else []
+    return [{"refinement": level} for level in REFINEMENTS] if dataset in REFINED else []
 
 
 def epochs_in_budget(dataset: str, model: str, args) -> tuple[int, float]:
@@ -214,13 +216,13 @@ def write_epoch_table(path: Path) -> str:
 
 def pair_record(dataset: str, model: str, args) -> dict:
     """Train one pair and evaluate it, zero-shot evaluations included (one process's job): the
-    Darcy operators' errors per grid (``super_resolution``), the DarcyMesh models' per
-    refinement (``refinement``; level 0 is the training resolution)."""
+    Darcy operators' errors per grid (``super_resolution``), the Elasticity and DarcyMesh models'
+    per refinement (``refinement``; level 0 is the training resolution)."""
     torch.set_num_threads(args.threads)
     common.progress(f"training {model} on {dataset}")
     record = train_pair(dataset, model, args)
-    field = {"darcy": "super_resolution", "darcy-mesh": "refinement"}.get(dataset)
-    if field and (dataset == "darcy-mesh" or model != "mlp"):
+    field = "refinement" if dataset in REFINED else {"darcy": "super_resolution"}.get(dataset)
+    if field and (dataset in REFINED or model != "mlp"):
         first = dataset_options("darcy", args)["resolution"] if dataset == "darcy" else 0
         errors = {first: record["test_rel_l2"]}
         runs = record.get("seeds", {"": record}).values()  # a checkpoint per training seed
@@ -392,15 +394,14 @@ def summary_table(records: list[dict]) -> str:
     error = {(r["dataset"], r["model"]): with_spread(r) for r in records}
     headers = ["model", *(d.capitalize() for d in datasets)]
     zero_shot = []
-    for field, caption in (
-        ("super_resolution", "Darcy {} (zero-shot)"),
-        ("refinement", "Darcy-mesh 2x / 4x finer (zero-shot)"),
-    ):
-        finer = {r["model"]: list(r[field].values())[1:] for r in records if field in r}
-        if finer:
-            grids = next(list(r[field])[1:] for r in records if field in r)
+    columns = [("darcy", "super_resolution", "Darcy {} (zero-shot)")]
+    columns += [(d, "refinement", f"{d.capitalize()} 2x / 4x finer (zero-shot)") for d in REFINED]
+    for dataset, field, caption in columns:
+        mine = [r for r in records if r["dataset"] == dataset and field in r]
+        if mine:
+            grids = list(mine[0][field])[1:]
             headers.append(caption.format(" / ".join(f"{g}x{g}" for g in grids)))
-            zero_shot.append(finer)
+            zero_shot.append({r["model"]: list(r[field].values())[1:] for r in mine})
     rows = []
     for model in dict.fromkeys(
         r["model"] for r in sorted(records, key=lambda r: MODELS.index(r["model"]))
@@ -492,12 +493,13 @@ def write_tables(results: Path, path: Path) -> str:
         headers += [f"{g}x{g} ({(g - 1) // (grids[0] - 1)}x finer)" for g in grids[1:]]
         caption = "darcy zero-shot super-resolution: test rel. L2 on finer grids"
         tables[caption] = common.markdown_table(headers, rows)
-    refined = [r for r in records if "refinement" in r]
-    if refined:
-        rows = [[NAMES[r["model"]], *map(fmt_error, r["refinement"].values())] for r in refined]
-        headers = "model|training meshes|2x finer meshes|4x finer meshes"
-        caption = "darcy-mesh zero-shot: the same test domains and fields on finer meshes"
-        tables[caption] = common.markdown_table(headers, rows)
+    for dataset, same in REFINED.items():
+        refined = [r for r in records if r["dataset"] == dataset and "refinement" in r]
+        if refined:
+            rows = [[NAMES[r["model"]], *map(fmt_error, r["refinement"].values())] for r in refined]
+            headers = "model|training meshes|2x finer meshes|4x finer meshes"
+            caption = f"{dataset} zero-shot: the same test {same} on finer meshes"
+            tables[caption] = common.markdown_table(headers, rows)
     text = common.results_text("Accuracy on the generated datasets", header, tables)
     common.write_text(path.parent, path.stem, text)
     if path.parent.resolve() == common.RESULTS:  # the project's own results: the README follows

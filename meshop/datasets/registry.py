@@ -32,7 +32,8 @@ class DatasetEntry:
 DATASETS: dict[str, DatasetEntry] = {
     "elasticity": DatasetEntry(
         "meshop.datasets.elasticity:Elasticity",
-        "von Mises stress in an elastic cell with a random cavity (FEM, ~1000-node meshes)",
+        "von Mises stress in an elastic cell with a random cavity (FEM, ~1000-node meshes; "
+        "refinement=1, 2: finer)",
         ("pit", "ono", "galerkin", "fourier", "transolver", "mlp"),
     ),
     "airfoil": DatasetEntry(

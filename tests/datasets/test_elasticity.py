@@ -1,13 +1,18 @@
-"""Elasticity: the FEM solver against known answers; the dataset's samples, seeding and cache."""
+"""Elasticity: the FEM solver against known answers; the dataset's samples, refinement levels,
+seeding and cache."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from matplotlib.tri import LinearTriInterpolator, Triangulation
 
 from meshop.data import lumped_mass_weights, make_loader, node_features
 from meshop.datasets import Elasticity
-from meshop.datasets.elasticity import random_cavity
-from meshop.datasets.fem import cavity_radius, cell_mesh, solve_cell, von_mises
+from meshop.datasets.elasticity import random_cavity, refinement_level
+from meshop.datasets.fem import cavity_radius, cell_mesh, solve_cell, star_polygon, von_mises
+from meshop.datasets.registry import resolve_dataset
 from meshop.errors import ConfigError, MeshopError
 
 TINY = dict(num_train=2, num_test=1, max_area=4e-3, progress=False)
@@ -201,3 +206,148 @@ def test_demo_new_points_are_uniform_in_the_cell_outside_the_cavity(tmp_path):
     left = (points[:, 0] < 0.5) & (points[:, 1] < 0.5)
     quarter = data.weight[(data.pos[:, 0] < 0.5) & (data.pos[:, 1] < 0.5)].sum() / data.weight.sum()
     assert left.mean() == pytest.approx(float(quarter), abs=0.03)
+
+
+REFINED = dict(num_train=2, num_test=2, max_area=4e-3, progress=False)
+
+
+@pytest.fixture(scope="module")
+def levels(tmp_path_factory):
+    """The two test samples at refinement levels 0, 1 and 2 (with their cavity coefficients)."""
+    root = tmp_path_factory.mktemp("refined")
+    return [
+        Elasticity(root, split="test", refinement=r, shape_params=True, **REFINED) for r in (0, 1, 2)
+    ]
+
+
+def boundary_edges(data) -> np.ndarray:
+    """[E, 2] the mesh's edges that belong to one triangle only."""
+    face = data.face.T.numpy()
+    edges = np.sort(np.concatenate([face[:, [0, 1]], face[:, [1, 2]], face[:, [2, 0]]]), axis=1)
+    unique, counts = np.unique(edges, axis=0, return_counts=True)
+    return unique[counts == 1]
+
+
+def distance_to_segments(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[P] the distance of each point to the nearest of the segments a[i] -- b[i]."""
+    ab = b - a
+    t = np.einsum("psd,sd->ps", points[:, None] - a[None], ab) / np.sum(ab**2, axis=1)
+    closest = a[None] + np.clip(t, 0.0, 1.0)[..., None] * ab[None]
+    return np.linalg.norm(points[:, None] - closest, axis=-1).min(axis=1)
+
+
+def interpolate(data, field: torch.Tensor, points: np.ndarray) -> np.ndarray:
+    """``field`` [N, 1] of ``data`` linearly interpolated at ``points`` (NaN outside its mesh)."""
+    mesh = Triangulation(*data.pos.double().numpy().T, data.face.T.numpy())
+    values = LinearTriInterpolator(mesh, field[:, 0].double().numpy())(*points.T)
+    return np.ma.filled(values, np.nan)
+
+
+def test_refined_samples_have_the_fields_and_parameters_of_the_coarse_ones(levels):
+    assert all(level.target_names == ("von_mises",) for level in levels)
+    means = []
+    for i in range(2):
+        samples = [level[i] for level in levels]
+        coarse = samples[0]
+        coefficients = random_cavity(np.random.default_rng([0, 2 + i]))  # sample num_train + i
+        means.append(((coarse.weight * coarse.y[:, 0]).sum() / coarse.weight.sum()).item())
+        for data in samples:
+            assert sorted(data.keys()) == sorted(coarse.keys())
+            for key in ("pos", "y", "displacement", "weight", "face"):
+                assert data[key].dtype == coarse[key].dtype
+                assert data[key].shape[1:] == coarse[key].shape[1:] or key == "face"
+            assert data.face.shape[0] == 3 and data.face.max() == data.num_nodes - 1
+            assert data.sample_id.item() == coarse.sample_id.item() == 2 + i
+            # the same cavity and load: the coefficients, and the target's scale (stress / t)
+            np.testing.assert_allclose(data.params[0].numpy(), coefficients, rtol=1e-6)
+            assert data.y.min() >= 0 and data.y.max() < 20
+            mean = (data.weight * data.y[:, 0]).sum() / data.weight.sum()  # over the cell
+            assert mean.item() == pytest.approx(means[i], rel=0.05)
+
+
+def test_refined_levels_mesh_the_same_cavity_with_4x_then_16x_the_nodes(levels):
+    for i in range(2):
+        samples = [level[i] for level in levels]
+        nodes = [data.num_nodes for data in samples]
+        # 2x finer per level: about 4x the nodes (less on these tiny meshes, where the nodes on
+        # the boundary, which only double, are a larger share)
+        assert 2.5 < nodes[1] / nodes[0] < 5 and 2.5 < nodes[2] / nodes[1] < 5
+        assert 8 < nodes[2] / nodes[0] < 20
+        # the coarse mesh's boundary nodes (the square's sides and the cavity's 64-gon) lie on
+        # the boundary of every finer mesh, and the cavity's vertices are nodes of every level
+        coarse = samples[0].pos.double().numpy()
+        on_boundary = coarse[np.unique(boundary_edges(samples[0]))]
+        r0, *modes = samples[0].params[0].double().numpy()
+        ring = star_polygon(np.array([0.5, 0.5]), np.array([r0, *modes]), 64)
+        for data in samples[1:]:
+            fine = data.pos.double().numpy()
+            edges = boundary_edges(data)
+            distance = distance_to_segments(on_boundary, fine[edges[:, 0]], fine[edges[:, 1]])
+            assert distance.max() < 1e-6
+            nearest = np.linalg.norm(ring[:, None] - fine[None], axis=-1).min(axis=1)
+            assert nearest.max() < 1e-6
+        # the areas agree within the polygon's discretisation of the curve, and tend to the area
+        # of the cell minus the smooth cavity (the polygon's chords cut ~4x less per level)
+        exact = 1.0 - np.pi * r0**2 - np.pi / 2 * np.sum(np.square(modes))
+        gaps = [abs(data.weight.double().sum().item() - exact) for data in samples]
+        assert gaps[0] < 1e-3 * exact and gaps[1] < gaps[0] / 3 and gaps[2] < gaps[1] / 3
+
+
+def test_refined_solutions_converge(levels):
+    """The same problem at every level: the von Mises stress of the finer levels, interpolated at
+    the coarse nodes, is close to the coarse one, and the levels' differences shrink (about 4x
+    per level, second order). Compared away from the clamped bottom corners, whose stress is
+    singular, with the quadrature weights; and at the cavity's 64 vertices, nodes of every level,
+    where the stress peaks."""
+    for i in range(2):
+        coarse, finer, finest = (level[i] for level in levels)
+        points = coarse.pos.double().numpy()
+        weight = coarse.weight.double().numpy()
+        y0 = coarse.y[:, 0].double().numpy()
+        y1, y2 = (interpolate(data, data.y, points) for data in (finer, finest))
+        corners = np.minimum(np.hypot(*points.T), np.hypot(points[:, 0] - 1, points[:, 1]))
+        kept = (corners > 0.15) & np.isfinite(y1) & np.isfinite(y2)
+        assert kept.mean() > 0.9  # a few nodes on the coarse chords lie inside the finer cavity
+
+        def norm(values):
+            return np.sqrt(np.sum(weight[kept] * values[kept] ** 2))
+
+        e01, e12 = norm(y1 - y0) / norm(y0), norm(y2 - y1) / norm(y0)
+        assert e01 < 0.06 and e12 < e01 / 2
+
+        r0, *modes = coarse.params[0].double().numpy()
+        ring = star_polygon(np.array([0.5, 0.5]), np.array([r0, *modes]), 64)
+        at_ring = []
+        for data in (coarse, finer, finest):
+            pos = data.pos.double().numpy()
+            nodes = np.linalg.norm(ring[:, None] - pos[None], axis=-1).argmin(axis=1)
+            at_ring.append(data.y[nodes, 0].double().numpy())
+        v0, v1, v2 = at_ring
+        d01 = np.linalg.norm(v1 - v0) / np.linalg.norm(v0)
+        d12 = np.linalg.norm(v2 - v1) / np.linalg.norm(v0)
+        assert d01 < 0.08 and d12 < d01 / 2
+
+
+def test_refinement_levels_are_cached_apart(levels, monkeypatch):
+    coarse, finer, _ = levels
+    assert "refinement" not in coarse.config  # level 0 keeps the cache of earlier versions
+    assert finer.config["refinement"] == 1 and finer.processed_dir != coarse.processed_dir
+
+    def no_generation(*args):
+        raise AssertionError("a cached level must not be generated again")
+
+    monkeypatch.setattr(Elasticity, "generate", no_generation)
+    root = Path(finer.root).parent
+    again = Elasticity(root, split="test", refinement=1, shape_params=True, **REFINED)
+    torch.testing.assert_close(again[1].y, finer[1].y)
+    # the registry passes the option through, as ``--dataset-arg refinement=1`` does
+    cls, options = resolve_dataset("elasticity", str(root), {"refinement": 1})
+    assert cls is Elasticity and options["refinement"] == 1
+    assert refinement_level(2.0) == 2 and refinement_level(np.int64(1)) == 1
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "2", True, None])
+def test_bad_refinement_values_are_refused(tmp_path, bad):
+    with pytest.raises(ConfigError, match="refinement must be an integer >= 0"):
+        Elasticity(tmp_path, refinement=bad, **TINY)
+    assert not (tmp_path / "elasticity").exists()  # refused before anything is written
