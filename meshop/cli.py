@@ -343,7 +343,10 @@ def _add_demo(sub) -> None:
     )
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     p.add_argument("--quick", action="store_true", help="a tiny version (< 1 minute)")
-    p.add_argument("--data-dir", help="data root (default $MESHOP_DATA or datasets/)")
+    p.add_argument(
+        "--data-dir",
+        help="data root (default $MESHOP_DATA, else datasets/ of a clone, else ~/.cache/meshop)",
+    )
     p.add_argument("--epochs", type=int, help="override the number of epochs")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(

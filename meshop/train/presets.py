@@ -223,8 +223,8 @@ FOLDER_MODEL_SIZES: dict[str, dict[str, Any]] = {
     "transolver": dict(TRANSOLVER_CPU),
     "pit": {"width": 64},
 }
-#: PiT's latent mesh: a quarter of the nodes (Elasticity: 256 of 972), between these bounds
-#: (Airfoil: 512 of 11,271)
+#: PiT's latent mesh: a quarter of the nodes (Elasticity: 256 of 995 on average), between these
+#: bounds (Airfoil: 512 of 11,271)
 PIT_LATENT = (64, 512)
 #: sources in a PiT encoder's receptive field: at least this many (Elasticity's 2 % quantile of
 #: 972 nodes), and at least twice the input nodes per latent node, so the fields overlap

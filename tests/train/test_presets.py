@@ -49,6 +49,31 @@ def test_the_presets_table_states_the_papers_settings():
     )
 
 
+def test_the_pairs_table_states_the_settings_that_differ_from_the_papers():
+    """The second table of docs/training.md: each dataset's batch, and the pairs' own learning
+    rates, clipping, losses and latent meshes, as the presets give them."""
+    rows = presets_table().pairs_table().splitlines()[2:]
+    assert (
+        "| `elasticity` | PiT | 100 | 2 | lr 5e-3, clipping 1 | 256 farthest-point nodes |" in rows
+    )
+    assert "| `airfoil` | PiT | 100 | 2 | lr 5e-3, clipping 1 | 512 random nodes |" in rows
+    assert (
+        "| `darcy-mesh` | PiT | 100 | 2 | lr 5e-3, clipping 1 | 256 farthest-point nodes |" in rows
+    )
+    assert (
+        "| `folder` | PiT | scaled to the data | 2 | lr 5e-3, clipping 1 | scaled to the data |"
+        in rows
+    )
+    assert "| `burgers` | PiT | 100 | 8 | lr 2e-3, relative L1 loss | none |" in rows
+    assert "| `airfoil` | Transolver | 100 | 2 | lr 3e-3 | none |" in rows
+    assert (
+        "| `elasticity` | Galerkin Transformer, Fourier Transformer | 100 | 8 | none "
+        "| 256 farthest-point nodes |"
+    ) in rows
+    assert "| `darcy` | PiT | 100 | 4 | none | 16 x 16 grid |" in rows
+    assert "| `darcy` | every other model | 100 | 4 | none | none |" in rows
+
+
 def test_the_ono_preset_builds_adamw_with_its_weight_decay_and_one_cycle_factors():
     config = TrainConfig(**preset("elasticity", "ono")["train"])
     model = torch.nn.Linear(2, 2)
@@ -94,23 +119,30 @@ def test_preset_merges_model_dataset_and_pair_defaults_in_that_order():
 def test_folder_defaults_scale_with_the_size_and_number_of_the_meshes():
     from meshop.train.presets import DataSummary, folder_rules
 
-    # an Elasticity-like folder: the mesh datasets' measured settings come back
-    elasticity = DataSummary(nodes=972, dim=2, samples=1000)
+    # an Elasticity-like folder (the generated training meshes have 995 nodes on average): the
+    # mesh datasets' measured settings come back, as the folder rules' table of
+    # docs/training.md states them
+    elasticity = DataSummary(nodes=995, dim=2, samples=1000)
     pit = folder_rules("pit", elasticity)
     assert pit["train"] == {
-        "latent_points": 243,  # a quarter of the nodes (Elasticity's preset: 256)
+        "latent_points": 248,  # a quarter of the nodes (Elasticity's preset: 256)
         "batch_size": 2,
         "lr": 5e-3,
         "clip": 1.0,
         "epochs": 100,  # 500 steps an epoch: the 100 epochs of the mesh datasets
     }
-    assert pit["model"] == {"width": 64, "encoder_quantile": 0.021, "decoder_quantile": 0.049}
+    assert pit["model"] == {"width": 64, "encoder_quantile": 0.02, "decoder_quantile": 0.048}
+    page = (ROOT / "docs" / "training.md").read_text()
+    assert "| on Elasticity's meshes (995 nodes on average) |" in page
+    assert "| a quarter of the nodes, between 64 and 512 | 248 (preset: 256) |" in page
+    assert "input nodes | 0.02 (paper: 0.02) |" in page
+    assert "| a quantile holding 12 latent nodes | 0.048 |" in page
     transolver = folder_rules("transolver", elasticity)
     assert transolver["model"] == {"width": 64, "layers": 4, "heads": 4, "slices": 32}
     assert transolver["train"] == {"batch_size": 8, "epochs": 100}
     assert folder_rules("ono", elasticity)["model"]["k"] == 16
     # the Galerkin and Fourier Transformers get PiT's latent mesh: linear in the mesh size
-    assert folder_rules("galerkin", elasticity)["train"]["latent_points"] == 243
+    assert folder_rules("galerkin", elasticity)["train"]["latent_points"] == 248
     assert (
         folder_rules("fourier", DataSummary(nodes=100, dim=2, samples=10))["train"]["latent_points"]
         == 64
