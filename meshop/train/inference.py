@@ -300,8 +300,12 @@ class PredictionEstimate:
         return (
             f"about {_duration(self.seconds + self.write_seconds)} (the model "
             f"{_duration(self.seconds)}, writing {_duration(self.write_seconds)}) and a peak "
-            f"memory of {_gb(self.memory)}, estimated from a {self.probe_nodes:,}-node subset"
+            f"memory of {_size(self.memory)}, estimated from a {self.probe_nodes:,}-node subset"
         )
+
+
+def _size(size: int) -> str:
+    return f"{size / 2**20:.0f} MB" if size < 2**30 else f"{size / 2**30:.2f} GB"
 
 
 def _duration(seconds: float) -> str:
