@@ -67,7 +67,11 @@ def test_the_pairs_table_states_the_settings_that_differ_from_the_papers():
     assert "| `burgers` | PiT | 100 | 8 | lr 2e-3, relative L1 loss | none |" in rows
     assert "| `airfoil` | Transolver | 100 | 2 | lr 3e-3 | none |" in rows
     assert (
-        "| `elasticity` | Galerkin Transformer, Fourier Transformer | 100 | 8 | none "
+        "| `elasticity` | Galerkin Transformer, Fourier Transformer | 100 | 2 | lr 3e-3 "
+        "| 256 farthest-point nodes |"
+    ) in rows
+    assert (
+        "| `darcy-mesh` | Galerkin Transformer, Fourier Transformer | 100 | 2 | none "
         "| 256 farthest-point nodes |"
     ) in rows
     assert "| `darcy` | PiT | 100 | 4 | none | 16 x 16 grid |" in rows
