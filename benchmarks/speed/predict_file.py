@@ -5,11 +5,13 @@ it (the rest: starting, reading, the estimate's probe, writing).
 
     python -m benchmarks.speed.predict_file                 # 1e5, 1e6 and 2e6 nodes, every model
     python -m benchmarks.speed.predict_file --sizes 1e6,1e7 --models transolver
+    python -m benchmarks.speed.predict_file --also 1e7:pit      # and PiT on 1e7 nodes
     python -m benchmarks.speed.predict_file --quick         # smoke test
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import tempfile
@@ -90,23 +92,32 @@ def options(parser) -> None:
         "--sizes", default="1e5,1e6,2e6", help="node counts, comma separated (default: 1e5,1e6,2e6)"
     )
     parser.add_argument("--models", default=",".join(MODELS), help="models, comma separated")
+    parser.add_argument(
+        "--also",
+        default="",
+        help="a size for some models only, after the others: N:MODEL[+MODEL...] (1e7:pit)",
+    )
 
 
 def main(argv=None) -> None:
     args = common.parse_args(__doc__.splitlines()[0], argv, options)
     sizes = [int(float(s)) for s in args.sizes.split(",")] if not args.quick else [20_000]
     models = args.models.split(",") if not args.quick else ["transolver"]
+    cases = [(n, model) for n in sizes for model in models]
+    for item in filter(None, args.also.split(",")):
+        size, _, chosen = item.partition(":")
+        cases += [(int(float(size)), model) for model in chosen.split("+")]
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "train").mkdir()
         for i in range(8):
             meshio.write(tmp / "train" / f"case_{i}.vtu", square(12 + i))
-        for n in sizes:
+        for n in dict.fromkeys(n for n, _ in cases):
             side = round(n**0.5)
             path = tmp / f"square_{side}.vtu"
             meshio.write(path, square(side), compression="zlib")
-            for model in models:
+            for model in [model for size, model in cases if size == n]:
                 run = tmp / f"run_{model}"
                 if not run.exists():
                     common.progress(f"training {model} for one epoch")
@@ -174,19 +185,17 @@ def main(argv=None) -> None:
 
 
 def per_node_growth(records: list[dict]) -> str:
-    """Each model's peak memory growth per node between its two largest meshes (bytes), the
-    file included: what a larger mesh costs beyond the fixed part."""
+    """Each model's peak memory growth per node between its consecutive mesh sizes from 1e6 nodes
+    on (bytes), the file included: what a larger mesh costs beyond the fixed part."""
     rows = []
     for model in dict.fromkeys(r["model"] for r in records):
         mine = sorted((r for r in records if r["model"] == model), key=lambda r: r["nodes"])
-        if len(mine) < 2:
-            continue
-        small, large = mine[-2], mine[-1]
-        grown = (
-            (large["peak_mb"] - small["peak_mb"]) * common.MB / (large["nodes"] - small["nodes"])
-        )
-        span = f"{common.fmt_count(small['nodes'])} -> {common.fmt_count(large['nodes'])}"
-        rows.append([model, span, f"{grown:.0f}"])
+        mine = [r for r in mine if r["nodes"] >= 10**6] or mine[-2:]
+        for small, large in itertools.pairwise(mine):
+            grown = (large["peak_mb"] - small["peak_mb"]) * common.MB
+            grown /= large["nodes"] - small["nodes"]
+            span = f"{common.fmt_count(small['nodes'])} -> {common.fmt_count(large['nodes'])}"
+            rows.append([model, span, f"{grown:.0f}"])
     return common.markdown_table("model|nodes|bytes per node", rows) if rows else ""
 
 
