@@ -129,7 +129,12 @@ def main(argv=None) -> None:
                 done = python("-c", PREDICT, *argv)
                 lines = done["output"].strip().splitlines()
                 said = json.loads(lines[-1])
-                printed = [line for line in lines if line.startswith(("predicting", "predicted"))]
+                printed = [
+                    line[line.index(word) :]
+                    for line in lines
+                    for word in ("predicting on", "predicted in")
+                    if word in line
+                ]
                 records.append(
                     {
                         "model": model,

@@ -342,55 +342,62 @@ def _reset_peak() -> bool:
     return True
 
 
-#: nodes of the subset that :func:`estimate_prediction` runs first, untimed (the first pass of a
-#: process pays once for what later passes do not)
-WARM_UP_NODES = 2048
-#: seconds and bytes of writing a predicted mesh, per node, over those of the model's pass on a
-#: node of PiT at the CPU presets' width (benchmarks/results/predict_file.md): 1e6 nodes took
-#: 3.8 s to write
+#: seconds of writing a predicted mesh per node (benchmarks/results/predict_file.md: about 4 s for
+#: a million nodes)
 WRITE_SECONDS_PER_NODE = 3.8e-6
+
+
+def _probe(model, ckpt, data: Data, nodes: int, chunk: int | None) -> tuple[float, int, int, int]:
+    """Seconds, peak resident memory above the start (bytes; -1 where unknown), nodes reported
+    to a progress bar and nodes (input and query) of the prediction on a random subset of
+    ``nodes`` of ``data`` with its latent mesh, in chunks of ``chunk`` nodes (None: whole)."""
+    probe = latent_of(ckpt)(probe_subset(data, nodes))
+    counted = [0]
+    before = _resident() if _reset_peak() else None
+    start = time.perf_counter()
+    with reporting_chunks(lambda n: counted.__setitem__(0, counted[0] + n)):
+        predict_in_chunks(model, probe, chunk or 0)
+    seconds = time.perf_counter() - start
+    after = _resident() if before is not None else None
+    memory = -1 if before is None or after is None else max(after[1] - before[0], 0)
+    return seconds, memory, counted[0], total_nodes(probe)
 
 
 def estimate_prediction(
     model: torch.nn.Module, ckpt: dict[str, Any], data: Data, chunk_nodes: int | None = None
 ) -> PredictionEstimate:
     """The time and memory :func:`predict` will take on ``data`` (after the mesh is read),
-    measured on a random subset of the nodes (:data:`PROBE_FRACTION` of them, within
-    :data:`PROBE_NODES`) and scaled to the whole: the subset gets its latent mesh and is
-    predicted in chunks of the same fraction of ``chunk_nodes`` (the same number of chunks, so
-    that every cost of the pass, per node or per chunk, scales with the nodes). The memory is
-    the subset's peak resident memory above the start (Linux; elsewhere the rough
-    :func:`memory_estimate`) scaled alike. The probe costs about :data:`PROBE_FRACTION` of the
-    prediction."""
+    measured on random subsets of the nodes and extrapolated to the whole.
+
+    The subsets hold ``P`` and ``P / 2`` of the nodes, where ``P`` is :data:`PROBE_FRACTION` of
+    them, at least two chunks, within :data:`PROBE_NODES` and at most all; each gets its latent
+    mesh and is predicted in chunks of ``chunk_nodes``, as the whole mesh will be (a chunk's
+    cost per node depends on its size). The time is the larger subset's scaled by ``N / P``;
+    the memory the larger subset's peak resident memory above the start plus, per further node,
+    the growth between the two subsets (the chunk's memory is the same whatever the mesh), on
+    Linux (elsewhere the rough :func:`memory_estimate`). The subsets cost about 1.5 ``P / N``
+    of the prediction."""
     nodes = total_nodes(data)
     if chunk_nodes is None:
         chunk_nodes = default_chunk_nodes(nodes)
     lo, hi = PROBE_NODES
-    size = min(len(data.pos), max(lo, min(hi, round(len(data.pos) * PROBE_FRACTION))))
-    probe = probe_subset(data, size)
-    scale = nodes / max(total_nodes(probe), 1)
-    chunk = None if not chunk_nodes else max(1, round(chunk_nodes / scale))
-    counted = [0]
-    warm = probe_subset(data, min(WARM_UP_NODES, len(data.pos)), seed=1)
-    predict_in_chunks(model, latent_of(ckpt)(warm), 0)  # first-call costs, not per node
-    resident = _resident()
-    before = resident if _reset_peak() else None
-    start = time.perf_counter()
-    with reporting_chunks(lambda n: counted.__setitem__(0, counted[0] + n)):
-        predict_in_chunks(model, latent_of(ckpt)(probe), chunk or 0)
-    seconds = (time.perf_counter() - start) * scale
-    after = _resident() if before is not None else None
-    if before is not None and after is not None:
-        extra = int(max(after[1] - before[0], 0) * scale)
+    size = round(len(data.pos) * PROBE_FRACTION)
+    size = min(len(data.pos), max(lo, min(hi, max(size, 2 * (chunk_nodes or 0)))))
+    now, peak = _resident() or (0, 0)  # before the subsets: the mesh as read, its peak
+    half = _probe(model, ckpt, data, max(size // 2, 1), chunk_nodes)  # also the warm-up
+    seconds, memory, counted, probed = _probe(model, ckpt, data, size, chunk_nodes)
+    scale = nodes / max(probed, 1)
+    if memory >= 0 and half[1] >= 0:
+        per_node = max(memory - half[1], 0) / max(probed - half[3], 1)
+        extra = int(memory + per_node * max(nodes - probed, 0))
     else:
         extra = memory_estimate(model, ckpt, nodes, chunk_nodes or 0).total
-    now, peak = resident if resident is not None else (0, 0)
     return PredictionEstimate(
-        seconds=seconds,
+        seconds=seconds * scale,
         write_seconds=WRITE_SECONDS_PER_NODE * nodes,
         memory=max(peak, now + extra),
-        reported=int(counted[0] * scale),
-        probe_nodes=total_nodes(probe),
+        reported=int(counted * scale),
+        probe_nodes=probed,
     )
 
 
