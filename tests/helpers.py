@@ -234,3 +234,18 @@ def torchrun(*args) -> subprocess.CompletedProcess:
         text=True,
         timeout=300,
     )
+
+
+#: the start of a script run in a fresh process that measures its resident memory: ``status(key)``
+#: reads ``VmRSS`` (now) or ``VmHWM`` (the high-water mark) in bytes, ``reset_peak()`` sets the
+#: high-water mark to the resident set now (in one process, memory freed by an earlier
+#: prediction would be reused unseen: hence a fresh process)
+MEMORY_PRELUDE = """
+def status(key):
+    with open("/proc/self/status") as lines:
+        return next(int(line.split()[1]) * 1024 for line in lines if line.startswith(key + ":"))
+
+def reset_peak():
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+"""

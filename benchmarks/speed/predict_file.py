@@ -43,9 +43,10 @@ def timed(*args, **kwargs):
         forward[0] += time.perf_counter() - start
 
 def estimated(*args, **kwargs):
-    said.update(vars(estimate(*args, **kwargs)))
+    made = estimate(*args, **kwargs)
+    said.update(vars(made))
     forward[:] = [0.0, time.perf_counter()]  # the probe's passes are not the prediction's
-    return inference.PredictionEstimate(**said)
+    return made
 
 inference.estimate_prediction, inference.predict_in_chunks = estimated, timed
 code = main(sys.argv[1:])

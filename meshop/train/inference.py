@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -347,10 +347,20 @@ def _reset_peak() -> bool:
 WRITE_SECONDS_PER_NODE = 3.8e-6
 
 
-def _probe(model, ckpt, data: Data, nodes: int, chunk: int | None) -> tuple[float, int, int, int]:
-    """Seconds, peak resident memory above the start (bytes; -1 where unknown), nodes reported
-    to a progress bar and nodes (input and query) of the prediction on a random subset of
-    ``nodes`` of ``data`` with its latent mesh, in chunks of ``chunk`` nodes (None: whole)."""
+class _Probe(NamedTuple):
+    """What the prediction on a subset of a mesh took (:func:`_probe`): ``seconds``, the peak
+    resident ``memory`` above the start (bytes; -1 where unknown), the nodes ``reported`` to a
+    progress bar, and the subset's ``nodes`` (input and query)."""
+
+    seconds: float
+    memory: int
+    reported: int
+    nodes: int
+
+
+def _probe(model, ckpt, data: Data, nodes: int, chunk: int | None) -> _Probe:
+    """The prediction on a random subset of ``nodes`` of ``data`` with its latent mesh, in
+    chunks of ``chunk`` nodes (None: whole), measured."""
     probe = latent_of(ckpt)(probe_subset(data, nodes))
     counted = [0]
     before = _resident() if _reset_peak() else None
@@ -360,7 +370,7 @@ def _probe(model, ckpt, data: Data, nodes: int, chunk: int | None) -> tuple[floa
     seconds = time.perf_counter() - start
     after = _resident() if before is not None else None
     memory = -1 if before is None or after is None else max(after[1] - before[0], 0)
-    return seconds, memory, counted[0], total_nodes(probe)
+    return _Probe(seconds, memory, counted[0], total_nodes(probe))
 
 
 def estimate_prediction(
@@ -385,19 +395,19 @@ def estimate_prediction(
     size = min(len(data.pos), max(lo, min(hi, max(size, 2 * (chunk_nodes or 0)))))
     now, peak = _resident() or (0, 0)  # before the subsets: the mesh as read, its peak
     half = _probe(model, ckpt, data, max(size // 2, 1), chunk_nodes)  # also the warm-up
-    seconds, memory, counted, probed = _probe(model, ckpt, data, size, chunk_nodes)
-    scale = nodes / max(probed, 1)
-    if memory >= 0 and half[1] >= 0:
-        per_node = max(memory - half[1], 0) / max(probed - half[3], 1)
-        extra = int(memory + per_node * max(nodes - probed, 0))
+    whole = _probe(model, ckpt, data, size, chunk_nodes)
+    scale = nodes / max(whole.nodes, 1)
+    if whole.memory >= 0 and half.memory >= 0:
+        per_node = max(whole.memory - half.memory, 0) / max(whole.nodes - half.nodes, 1)
+        extra = int(whole.memory + per_node * max(nodes - whole.nodes, 0))
     else:
         extra = memory_estimate(model, ckpt, nodes, chunk_nodes or 0).total
     return PredictionEstimate(
-        seconds=seconds * scale,
+        seconds=whole.seconds * scale,
         write_seconds=WRITE_SECONDS_PER_NODE * nodes,
         memory=max(peak, now + extra),
-        reported=int(counted * scale),
-        probe_nodes=probed,
+        reported=int(whole.reported * scale),
+        probe_nodes=whole.nodes,
     )
 
 

@@ -20,28 +20,26 @@ from meshop.train.inference import (
     probe_subset,
     read_inputs,
 )
-from tests.helpers import predict_case
+from tests.helpers import MEMORY_PRELUDE, predict_case
 
 #: a fresh process predicts on a mesh and prints the estimated and the measured peak of its
 #: resident memory above the resident memory before the prediction, in bytes
-MEASURE = """
+MEASURE = (
+    MEMORY_PRELUDE
+    + """
 import sys
 import meshop.train.inference as inference
 
-def status(key):
-    with open("/proc/self/status") as lines:
-        return next(int(line.split()[1]) * 1024 for line in lines if line.startswith(key + ":"))
-
 run, mesh, out, chunk = sys.argv[1:]
 inference.load_model(run)
-with open("/proc/self/clear_refs", "w") as clear_refs:
-    clear_refs.write("5")  # the high-water mark from here
+reset_peak()
 before = status("VmRSS")
 said, estimate = [], inference.estimate_prediction
 inference.estimate_prediction = lambda *args: said.append(estimate(*args)) or said[-1]
 inference.predict_file(run, mesh, out, chunk_nodes=int(chunk), report=print)
 print(said[0].memory - before, status("VmHWM") - before)
 """
+)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from meshop.train.inference import (
     predict_in_chunks,
     vtu_points,
 )
-from tests.helpers import predict_case, square_mesh
+from tests.helpers import MEMORY_PRELUDE, predict_case, square_mesh
 
 MB = 2**20
 
@@ -31,21 +31,19 @@ MB = 2**20
 #: a fresh process predicts and prints the high-water mark of the resident set during the
 #: prediction above the resident set before it (in one process, memory freed by an earlier
 #: prediction would be reused unseen)
-MEASURE = """
+MEASURE = (
+    MEMORY_PRELUDE
+    + """
 import sys
 from meshop.train.inference import predict_file
 
-def status(key):
-    with open("/proc/self/status") as lines:
-        return next(int(line.split()[1]) * 1024 for line in lines if line.startswith(key + ":"))
-
 run, mesh, out, chunk = sys.argv[1:]
-with open("/proc/self/clear_refs", "w") as clear_refs:
-    clear_refs.write("5")  # resets the high-water mark to the resident set now
+reset_peak()
 before = status("VmRSS")
 predict_file(run, mesh, out, chunk_nodes=int(chunk))
 print(status("VmHWM") - before)
 """
+)
 
 
 @pytest.fixture
