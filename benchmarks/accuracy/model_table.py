@@ -468,7 +468,8 @@ def write_tables(results: Path, path: Path) -> str:
     data = json.loads(results.read_text())
     info, records = data["machine"], data["records"]
     header = (
-        f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
+        f"Measured {info['date']} with `{info['command']}`{common.at_commit(info)} "
+        f"on {info['cpu']} "
         f"({info['threads']} torch thread(s)), torch {info['torch']}, {seeds_text(info)}; "
         f"budget: {info['budget']} per model and dataset"
         + (

@@ -255,7 +255,8 @@ def tables(result: dict) -> str:
     info, records = result["machine"], result["records"]
     took = info.get("wall_seconds")
     header = (
-        f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
+        f"Measured {info['date']} with `{info['command']}`{common.at_commit(info)} "
+        f"on {info['cpu']} "
         f"({info['cpu_cores']} cores, {info['threads']} torch thread(s)), torch {info['torch']}"
         + (f"; the whole command took {took / 60:.1f} min" if took is not None else "")
         + ". "

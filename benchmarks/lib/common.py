@@ -11,6 +11,7 @@ import math
 import multiprocessing as mp
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -279,8 +280,29 @@ def operator_groups(events, groups: dict, other: str, steps: int) -> dict[str, f
     return seconds
 
 
+def commit() -> str:
+    """The commit the measured code is at ("unknown" outside a git clone), "+changes" appended when
+    the package or the benchmarks differ from it (result files aside)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--", "meshop", "benchmarks", ":!benchmarks/results"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if changed.stdout.strip() else "")
+
+
 def machine() -> dict:
-    """Where and with what the numbers were measured."""
+    """Where and with what the numbers were measured: date, command, commit, CPU, load average
+    (1, 5 and 15 minutes, when the tables are written), versions."""
     import torch
 
     cpu = platform.processor() or platform.machine()
@@ -292,7 +314,9 @@ def machine() -> dict:
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join([Path(sys.executable).name, _script(sys.argv[0]), *rerun_args()]),
+        "commit": commit(),
         "cpu": cpu,
+        "load": [round(x, 2) for x in os.getloadavg()],
         "cpu_cores": mp.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -446,15 +470,24 @@ def write_results(
     machine and command of an earlier measurement whose tables are redrawn (default: this one)."""
     info = info or {**machine(), "threads": args.threads, "quick": args.quick}
     header = (
-        f"Measured {info['date']} with `{info['command']}` on {info['cpu']} "
-        f"({info['cpu_cores']} cores, {args.threads} torch thread(s)), torch {info['torch']}"
-        + (f", GPU {info['gpu']}" if "gpu" in info else ", no GPU")
-        + "."
+        f"Measured {info['date']} with `{info['command']}`{at_commit(info)} on {info['cpu']} "
+        f"({info['cpu_cores']} cores, {args.threads} torch thread(s){load_of(info)}), "
+        f"torch {info['torch']}" + (f", GPU {info['gpu']}" if "gpu" in info else ", no GPU") + "."
     )
     if args.threads != 1:  # the one-thread tables stay; e.g. models_2threads.md next to them
         name = f"{name}_{args.threads}threads"
     text = results_text(title, header, tables)
     return write_text(args.out, name, text, {"machine": info, "records": records})
+
+
+def at_commit(info: dict) -> str:
+    """ " at commit abc1234" for a header, empty for measurements that predate the field."""
+    return f" at commit {info['commit']}" if "commit" in info else ""
+
+
+def load_of(info: dict) -> str:
+    """ ", load average 1.02 over 15 minutes" for a header, empty for older measurements."""
+    return f", load average {info['load'][2]:.2f} over 15 minutes" if "load" in info else ""
 
 
 def replace_section(path: Path, name: str, text: str, check: bool = False) -> bool:

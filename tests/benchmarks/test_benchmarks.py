@@ -5,6 +5,7 @@ import copy
 import importlib
 import json
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,6 +45,31 @@ def test_benchmark_script_runs_quick_and_writes_its_tables(module, name, tmp_pat
     table = (tmp_path / f"{name}.md").read_text()
     assert table.startswith("## ") and "| " in table
     assert table in capsys.readouterr().out
+    assert f" at commit {common.commit()} " in table and ", load average " in table
+
+
+def test_the_commit_of_a_measurement_is_the_checkout_and_says_when_the_code_differs(
+    tmp_path, monkeypatch
+):
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=common.ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    assert common.commit().removesuffix("+changes") == head
+    monkeypatch.setattr(common, "ROOT", tmp_path)  # not a git clone
+    assert common.commit() == "unknown"
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "meshop").mkdir()
+    (tmp_path / "meshop" / "a.py").write_text("x = 1\n")
+    env = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
+    subprocess.run(["git", *env, "commit", "-qm", "a"], cwd=tmp_path, check=True)
+    clean = common.commit()
+    assert len(clean) >= 7 and "+" not in clean
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "x.md").write_text("a result\n")
+    assert common.commit() == clean  # result files are what a measurement writes
+    (tmp_path / "meshop" / "a.py").write_text("x = 2\n")
+    assert common.commit() == clean + "+changes"
 
 
 def test_measured_peak_memory_counts_the_call_and_not_the_inputs():
