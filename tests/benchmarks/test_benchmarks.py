@@ -18,7 +18,7 @@ from benchmarks.accuracy import grid_zero_shot, large_mesh_zero_shot, tune
 from benchmarks.accuracy import model_table as accuracy
 from benchmarks.lib import attention_layers, common
 from benchmarks.lib.training_runs import parse_settings
-from benchmarks.report import figures, summary
+from benchmarks.report import demo, figures, summary
 from benchmarks.speed import global_attention, local_attention, whole_models
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -786,3 +786,26 @@ def test_run_trainer_is_meshop_trains_trainer_with_or_without_the_test_split(tmp
     assert len(with_test.test_set) == 2 and without.test_set is None
     assert set(times) == {"load_s", "prepare_s"} and all(t >= 0 for t in times.values())
     assert with_test.config.lr == 1e-3 and with_test.config.schedule == "cosine"  # MLP preset
+
+
+def test_demo_record_runs_the_demo_from_a_cold_cache_and_redraws_the_readme(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- --8<-- [start:demo] -->\nold\n<!-- --8<-- [end:demo] -->\nend\n")
+    demo.main(["--quick", "--out", str(tmp_path / "results"), "--readme", str(readme)])
+    record = json.loads((tmp_path / "results" / "demo.json").read_text())
+    assert record["machine"]["command"] == "meshop demo --quick"
+    assert record["machine"]["commit"] == common.commit() and len(record["machine"]["load"]) == 3
+    assert record["machine"]["wall_seconds"] >= record["total_seconds"] > 0
+    assert record["settings"]["epochs"] == 2 and set(record["results"]) == {"pit", "mlp"}
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("end\n") and "\nold\n" not in text
+    assert demo.section(record) in text
+    pit = record["results"]["pit"]
+    assert f"| {pit['parameters']:,} |" in text and f"{100 * pit['test_rel_l2']:.2f} %" in text
+    ratio = record["results"]["mlp"]["test_rel_l2"] / pit["test_rel_l2"]
+    assert f"{ratio:.1f} times smaller" in text
+
+
+def test_readme_demo_section_is_drawn_from_the_recorded_run():
+    record = json.loads((common.RESULTS / "demo.json").read_text())
+    assert demo.section(record) in (common.ROOT / "README.md").read_text()
