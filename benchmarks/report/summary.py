@@ -256,20 +256,46 @@ def reference(data: dict) -> list[list[str]]:
     return rows
 
 
+#: each part of the table and the result files its figures come from
+PARTS = (
+    (cross, ["position_attention"]),
+    (local, ["local_attention"]),
+    (pit, ["models", "speed_vs_reference"]),
+    (attention_cost, ["linear_attention"]),
+    (large_meshes, ["large_meshes"]),
+    (reference, ["speed_vs_reference"]),
+)
+
+
 def rows(data: dict[str, dict]) -> list[list[str]]:
-    """The rows of the headline table: what, measured."""
-    parts = (cross, local, pit, attention_cost, large_meshes, reference)
-    return [row for part in parts for row in part(data)]
+    """The rows of the headline table: what, measured, the result files it comes from."""
+    return [
+        [*row, ", ".join(f"`{name}.md`" for name in names if name in data) or "-"]
+        for part, names in PARTS
+        for row in part(data)
+    ]
+
+
+def provenance(name: str, machine: dict) -> str:
+    """When, at which commit and under which load a result file was measured (what it records)."""
+    text = f"`{name}.md` {machine['date']}"
+    text += f", commit {machine['commit']}" if "commit" in machine else ""
+    if "load" in machine:
+        return f"{text}, load average {machine['load'][2]:.2f} over 15 minutes"
+    note = f" ({machine['note']})" if machine.get("note") else ""
+    return f"{text}, load not recorded{note}"
 
 
 def table(data: dict[str, dict]) -> str:
-    """The README's ``speed`` section: when and where, and the headline table."""
+    """The README's ``speed`` section: when and where, the headline table, and when, at which
+    commit and under which load each of its result files was measured."""
     machines = [d["machine"] for d in data.values() if "machine" in d]
     dates = sorted({m["date"][:10] for m in machines}) or ["an unknown date"]
     cpus = ", ".join(sorted({f"{m['cpu']} ({m['cpu_cores']} cores)" for m in machines}))
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
-    table = common.markdown_table("what|measured", rows(data))
-    return f"Measured {when} on {cpus or 'an unknown machine'}:\n\n{table}"
+    table = common.markdown_table("what|measured|result file", rows(data))
+    files = "; ".join(provenance(name, d["machine"]) for name, d in data.items() if "machine" in d)
+    return f"Measured {when} on {cpus or 'an unknown machine'}:\n\n{table}\n\nMeasured: {files}."
 
 
 def main(argv=None) -> int:

@@ -498,7 +498,7 @@ def test_summary_follows_the_numbers_of_the_result_files():
     dense = next(r for r in records if r.items() >= {**case, "impl": "dense"}.items())
     ours.update(peak_mb=dense["peak_mb"] / 4, time_s=dense["time_s"] / 3)
     row = summary.rows(data)[0]
-    assert row[1].endswith("(4x less), 3.0x faster") and len(row) == 2
+    assert row[1].endswith("(4x less), 3.0x faster") and row[2] == "`position_attention.md`"
     training = data["models"]["records"]
     step = next(r for r in training if r.items() >= {"n": 972, "impl": "dense"}.items())
     pit = next(
@@ -533,7 +533,8 @@ def test_summary_reports_the_training_steps_against_the_papers_code():
     for record in records:
         if record["case"] in ("ONO, 16x16 grid, batch 20", "ONO, 972 nodes, batch 8"):
             record["meshop"]["median_s"] = record["reference"]["median_s"] / 2
-    what, measured = summary.rows(data)[-1]
+    what, measured, source = summary.rows(data)[-1]
+    assert source == "`speed_vs_reference.md`"
     assert what.startswith("training step, speed-up over the papers' code: ONO as the authors'")
     assert measured == "2.00x / 2.00x (one thread), 2.00x / 2.00x (two threads)"
     # each thread count and case has its own ratio
@@ -541,7 +542,7 @@ def test_summary_reports_the_training_steps_against_the_papers_code():
         r for r in records if r["case"] == "ONO, 972 nodes, batch 8" and r["threads"] == 2
     )
     record["meshop"]["median_s"] = record["reference"]["median_s"]
-    _, measured = summary.rows(data)[-1]
+    _, measured, _ = summary.rows(data)[-1]
     assert measured.endswith("2.00x / 1.00x (two threads)")
     # a case missing from the results (at every thread count) is shown as such
     records[:] = [r for r in records if r["case"] != "ONO, 972 nodes, batch 8"]
@@ -809,3 +810,19 @@ def test_demo_record_runs_the_demo_from_a_cold_cache_and_redraws_the_readme(tmp_
 def test_readme_demo_section_is_drawn_from_the_recorded_run():
     record = json.loads((common.RESULTS / "demo.json").read_text())
     assert demo.section(record) in (common.ROOT / "README.md").read_text()
+
+
+def test_summary_says_when_and_under_which_load_each_result_file_was_measured():
+    data = copy.deepcopy(_results())
+    data["models"]["machine"] |= {"date": "2026-01-02 03:04 UTC", "commit": "abc1234"}
+    data["models"]["machine"]["load"] = [0.5, 0.75, 1.25]
+    data["large_meshes"]["machine"].pop("load", None)
+    data["large_meshes"]["machine"] |= {"date": "2026-01-01 00:00 UTC", "note": "busy"}
+    text = summary.table(data)
+    assert (
+        "`models.md` 2026-01-02 03:04 UTC, commit abc1234, load average 1.25 over 15 minutes"
+        in (text)
+    )
+    assert "`large_meshes.md` 2026-01-01 00:00 UTC, load not recorded (busy)" in text
+    row = next(r for r in summary.rows(data) if r[0].startswith("inference on a 1e7"))
+    assert row[2] == "`large_meshes.md`"
