@@ -62,3 +62,16 @@ def test_docstring_math_and_roles_become_markdown():
     assert "\n".join("    " + line for line in block) in out
     assert out.rstrip().endswith("Next paragraph.")
     assert to_markdown(out) == out
+
+
+#: the pages a user looks for first, each linked from the home page and from getting started
+GUIDES = ["own-data.md", "choosing-a-model.md", "large_meshes.md"]
+
+
+def test_the_guides_are_linked_from_the_home_page_and_getting_started():
+    for page in ("index.md", "getting-started.md"):
+        text = (ROOT / "docs" / page).read_text()
+        missing = [guide for guide in GUIDES if f"]({guide})" not in text]
+        assert not missing, f"docs/{page} does not link {missing}"
+    for guide in GUIDES:
+        assert (ROOT / "docs" / guide).is_file()
