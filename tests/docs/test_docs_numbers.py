@@ -95,6 +95,7 @@ def quoted() -> dict[str, list[str]]:
             training_loop(),
         ],
         "large_meshes.md": zero_shot_findings(),
+        "choosing-a-model.md": choosing_a_model(),
         "ono.md": [against_the_authors("vs_authors_burgers")[1]],
         "pit.md": [pointwise_decoder()],
         "datasets.md": finest_meshes(),
@@ -104,6 +105,91 @@ def quoted() -> dict[str, list[str]]:
             f"{fmt_time(field['time_s'])} and {fmt_mb(field['peak_mb'])} on one CPU thread"
         ],
     }
+
+
+def the(model: str) -> str:
+    """A model's name in a sentence: "PiT", "ONO", "the Galerkin Transformer"."""
+    return NAMES[model] if model in ("pit", "ono") else f"the {NAMES[model]}"
+
+
+def choosing_a_model() -> list[str]:
+    """The comparisons on which docs/choosing-a-model.md bases its advice, as the result files
+    have them: the lowest error at equal training time per dataset; the zero-shot errors on the
+    finer Darcy grids and DarcyMesh meshes against the training resolution's (accuracy.json),
+    and up to a million nodes (large_mesh_zero_shot); what a latent mesh saves PiT
+    (speed_vs_reference), ONO's training step against PiT's (models) and the slowest model of
+    ``meshop predict`` against the fastest (predict_file)."""
+    found = json.loads((RESULTS / "accuracy.json").read_text())["records"]
+    error = {(r["dataset"], r["model"]): r["test_rel_l2"] for r in found}
+    titles = {
+        "elasticity": "Elasticity",
+        "airfoil": "Airfoil",
+        "darcy": "Darcy",
+        "burgers": "Burgers",
+        "darcy-mesh": "DarcyMesh",
+    }
+
+    def listed(words: list[str]) -> str:
+        return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+    best = {d: min((m for e, m in error if e == d), key=lambda m: error[d, m]) for d in titles}
+    winners = list(dict.fromkeys(best.values()))
+    lowest = "; ".join(
+        f"{the(m)} on {listed([titles[d] for d in titles if best[d] == m])}" for m in winners
+    )
+    leaders, trailing = ("pit", "galerkin", "fourier"), ("ono", "transolver")
+    behind = all(
+        min(error[d, m] for m in trailing) > max(error[d, m] for m in leaders)
+        and max(error[d, m] for m in trailing) < error[d, "mlp"]
+        for d in titles
+    )
+    floor = all(error[d, m] < error[d, "mlp"] for d, m in error if m != "mlp")
+    grid = {r["model"]: r["super_resolution"] for r in found if "super_resolution" in r}
+    finer = {m: errors["85"] / errors["22"] for m, errors in grid.items()}
+    meshes = [
+        errors[level] / errors["0"]
+        for r in found
+        if r["dataset"] == "darcy-mesh" and (errors := r.get("refinement"))
+        for level in ("1", "2")
+    ]
+    step = {
+        r["latent"]: r["meshop"]["median_s"]
+        for r in json.loads((RESULTS / "speed_vs_reference.json").read_text())["records"]
+        if r["case"].startswith("PiT, 972 /") and r["threads"] == 1
+    }
+    largest = max(r["n"] for r in records("models", table="training"))
+    model = {r["model"]: r for r in records("models", table="training", impl="meshop", n=largest)}
+    ono, pit = model["ONO"], model["PiT"]
+    files = json.loads((RESULTS / "predict_file.json").read_text())["records"]
+    size = max(
+        (r["nodes"] for r in files),
+        key=lambda n: (sum(r["nodes"] == n for r in files), n),
+    )
+    time = {r["model"]: r["time_s"] for r in files if r["nodes"] == size}
+    slow, fast = max(time, key=time.get), min(time, key=time.get)
+    return [
+        f"the lowest error at equal training time: {lowest}",
+        "ONO and the Transolver are behind PiT and the Galerkin and Fourier Transformers on every "
+        "dataset of the table (though below the MLP baseline's error on every one)"
+        if behind
+        else "(rerun: ONO or the Transolver ahead of PiT or the Galerkin Transformers somewhere)",
+        "every operator is below it on every dataset"
+        if floor
+        else "(rerun: an operator above the MLP baseline)",
+        f"PiT's, ONO's and the Transolver's errors on the 4x finer grid are {finer['pit']:.2f}x, "
+        f"{finer['ono']:.2f}x and {finer['transolver']:.2f}x their errors on the training grid, "
+        f"the Galerkin and Fourier Transformers' {finer['galerkin']:.2f}x and "
+        f"{finer['fourier']:.2f}x",
+        f"every model's error is {min(meshes):.2f}x to {max(meshes):.2f}x its error on the "
+        f"training meshes",
+        zero_shot_findings()[4],
+        f"a PiT training step on 972 nodes took {step[972] / step[256]:.1f}x as long with the "
+        f"input mesh as its latent mesh as with 256 latent nodes",
+        f"at {largest:,} nodes ONO's training step took {ono['time_s'] / pit['time_s']:.1f}x "
+        f"PiT's time and {ono['peak_mb'] / pit['peak_mb']:.1f}x its memory",
+        f"on a file of {size:,} nodes took {time[slow] / time[fast]:.1f}x as long with "
+        f"{the(slow)} as with {the(fast)}",
+    ]
 
 
 def against_the_authors(name: str) -> list[str]:

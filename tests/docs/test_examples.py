@@ -18,6 +18,7 @@ WRITES = {
     "burgers_galerkin_fourier": ["galerkin/metrics.jsonl", "fourier/metrics.jsonl"],
     "bring_your_own_meshes": ["prediction_nodes.vtu", "prediction_grid.vtu", "meshes/case_000.vtu"],
     "surface_meshes_3d": ["prediction_surface.vtu", "prediction_shell.csv", "meshes/case_000.vtu"],
+    "split_one_mesh": ["prediction.vtu"],
 }
 
 
