@@ -87,7 +87,13 @@ def _add_train(sub) -> None:
     p.add_argument("--num-train", type=int, help="training samples (dataset option num_train)")
     p.add_argument("--num-test", type=int, help="test samples (dataset option num_test)")
     p.add_argument("--model-arg", action="append", metavar="KEY=VALUE", help="model option")
-    p.add_argument("--dataset-arg", action="append", metavar="KEY=VALUE", help="dataset option")
+    p.add_argument(
+        "--dataset-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="""dataset option, the value in TOML syntax; a folder's fields: --dataset-arg """
+        """'inputs=["load"]' --dataset-arg 'targets=["u", "p"]'""",
+    )
     p.add_argument(
         "--train-arg",
         action="append",
