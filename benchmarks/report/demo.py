@@ -57,6 +57,8 @@ def section(record: dict) -> str:
     settings = QUICK if info.get("quick") else DemoSettings()
     minutes, seconds = divmod(round(record["total_seconds"]), 60)
     load = f", load average {info['load'][2]:.2f}" if "load" in info else ""
+    if "load" in info and info["load"][2] > info["cpu_cores"]:
+        load += " (other jobs shared the cores: the times are longer than alone)"
     head = (
         f"Measured on {info['date'][:10]} on the 2-core development machine (`{info['command']}`"
         f"{common.at_commit(info)}, one thread, from a cold cache: the data generated first"

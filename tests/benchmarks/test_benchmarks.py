@@ -807,6 +807,14 @@ def test_demo_record_runs_the_demo_from_a_cold_cache_and_redraws_the_readme(tmp_
     assert f"{ratio:.1f} times smaller" in text
 
 
+def test_demo_section_says_when_other_jobs_shared_the_cores():
+    record = json.loads((common.RESULTS / "demo.json").read_text())
+    record["machine"] |= {"load": [1.0, 1.0, 1.5], "cpu_cores": 2}
+    assert "load average 1.50;" in demo.section(record)
+    record["machine"]["load"] = [6.0, 6.0, 5.85]
+    assert "load average 5.85 (other jobs shared the cores" in demo.section(record)
+
+
 def test_readme_demo_section_is_drawn_from_the_recorded_run():
     record = json.loads((common.RESULTS / "demo.json").read_text())
     assert demo.section(record) in (common.ROOT / "README.md").read_text()
