@@ -312,7 +312,8 @@ def cmd_predict(args) -> int:
         quadratic_ok=args.quadratic_ok,
         report=print,
     )
-    print(f"wrote {path} ({pred.shape[0]} points, {pred.shape[1]} output channels)")
+    channels = "1 output channel" if pred.shape[1] == 1 else f"{pred.shape[1]} output channels"
+    print(f"wrote {path} ({pred.shape[0]} points, {channels})")
     if args.integrate:
         from meshop.train.inference import prediction_integrals
 

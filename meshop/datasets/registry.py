@@ -82,7 +82,8 @@ DATASETS: dict[str, DatasetEntry] = {
     ),
     "folder": DatasetEntry(
         "meshop.datasets.mesh_folder:MeshFolder",
-        "your own meshes: every file of a folder (--data-dir) is a sample (inputs=, targets=)",
+        "your own meshes: every file of a folder (--data-dir) is a sample; its fields by "
+        "--dataset-arg 'inputs=[...]' and 'targets=[...]'",
         ("pit", "ono", "galerkin", "fourier", "transolver", "mlp"),
     ),
 }

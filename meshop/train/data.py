@@ -120,7 +120,8 @@ def describe(sample: Data) -> dict:
     """Widths and dimension a model for this data is built with (stored in checkpoints)."""
     if getattr(sample, "y", None) is None:
         raise FieldError(
-            "the training samples have no targets y; a dataset for training needs them"
+            "the training samples have no targets y; a dataset for training needs them (a folder "
+            "of meshes: name the target fields, e.g. --dataset-arg 'targets=[\"stress\"]')"
         )
     return {
         "in_channels": int(node_features(sample).shape[-1]),

@@ -51,10 +51,11 @@ def test_predict_and_meshop_predict_return_the_models_own_output_in_physical_uni
     assert float((expected - exact).norm() / exact.norm()) < 0.05  # physical units, near u
 
     assert torch.allclose(predict(model, ckpt, new), expected, atol=1e-4)
-    run_ok(
+    printed = run_ok(
         ["predict", "--checkpoint", run, "--mesh", root / "new.vtu", "--out", root / "p.vtu"],
         capsys,
     )
+    assert f"({len(u)} points, 1 output channel)" in printed
     written = meshio.read(root / "p.vtu").point_data["u"]
     assert np.allclose(written, expected[:, 0].numpy(), atol=1e-4)
 
