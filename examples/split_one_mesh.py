@@ -21,7 +21,8 @@ every process takes the step of one process on the whole mesh. The script
 4. takes ``--steps`` training steps: the chunked pass (``forward_chunked``) inside
    ``split_mesh()``, the relative L2 error of the whole mesh (its sums added over the
    processes before the division), the gradients summed over the processes
-   (:func:`meshop.train.split.sum_gradients`); process 0 prints the loss;
+   (:func:`meshop.train.split.sum_gradients`); process 0 prints the loss. The default
+   five steps from random weights show how, not what a trained model reaches;
 5. predicts at every process's nodes and writes, from process 0, ``OUT/prediction.vtu``
    (the mesh, its fields and the predicted ``<target>_predicted``) and
    ``OUT/checkpoint.pt`` (the model's name, configuration and weights with its
