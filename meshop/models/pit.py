@@ -11,6 +11,7 @@ from meshop._pyg import Data
 from meshop.data.batching import (
     latent_nodes,
     node_batch,
+    node_features,
     node_set_weights,
     num_samples,
     query_features,
@@ -83,6 +84,15 @@ class PiT(Operator):
             normal, a local load) is then within reach, which the paper's decoder, which sees
             the query's position only through the attention, does not have. ``False`` (the
             default) is the paper's form.
+        latent_positions (bool): the coordinates enter at the latent nodes, lifted by a linear
+            layer and added to the encoder's attention before its GELU:
+            :math:`\sigma(\mathrm{LocPosAtt_{in}}(\sigma(\mathrm{Linear}(a));
+            D_{a \to v}) + \mathrm{Linear}(x_v))`, instead of as input features that the
+            encoder averages (``False``, the paper's form). A latent node's averaged coordinates
+            depend on the input mesh where its receptive field is one-sided, at the boundary:
+            a kernel narrower than a coarse mesh's node spacing reads the boundary nodes there,
+            and on a finer mesh an average reaching inside; its own coordinates do not change
+            (the PiT page, "On finer meshes").
 
     Shapes:
         - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``)
@@ -111,6 +121,7 @@ class PiT(Operator):
         periodic: float | Sequence[float | None] | None = None,
         weighted: bool = True,
         pointwise: bool = False,
+        latent_positions: bool = False,
     ):
         super().__init__()
         if layers < 0 or decoder_layers < 0:
@@ -122,8 +133,15 @@ class PiT(Operator):
                 f"periodic gives {len(periodic)} box lengths for pos_dim={pos_dim}; "
                 f"give one per axis"
             )
+        if latent_positions and in_channels <= pos_dim:
+            raise ConfigError(
+                f"PiT(latent_positions=True) lifts the input fields and parameters without the "
+                f"coordinates, but in_channels={in_channels} holds only the {pos_dim} "
+                f"coordinates; give the nodes input fields, or leave latent_positions False"
+            )
         self.weighted = bool(weighted)
-        self.lift = nn.Linear(in_channels, width)
+        self.lift = nn.Linear(in_channels - pos_dim if latent_positions else in_channels, width)
+        self.latent_lift = nn.Linear(pos_dim, width) if latent_positions else None
         self.encoder = LocalPositionAttention(
             width,
             width,
@@ -154,8 +172,9 @@ class PiT(Operator):
         self.encoder.reset_parameters()
         self.decoder.reset_parameters()
         self.head.reset_parameters()
-        if self.query_lift is not None:
-            self.query_lift.reset_parameters()
+        for lin in (self.query_lift, self.latent_lift):
+            if lin is not None:
+                lin.reset_parameters()
         for block in [*self.processor, *self.decoder_processor]:
             block.reset_parameters()
 
@@ -175,8 +194,16 @@ class PiT(Operator):
         if walk.group is not None:
             self.check_split(data)
         features = self.features(data)
+        if self.latent_lift is not None:  # the coordinates enter at the latent nodes
+            features = node_features(data, use_pos=False)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
+
+        def encoded(out, nodes):
+            if self.latent_lift is not None:
+                out = out + self.latent_lift(latent_pos[nodes])
+            return F.gelu(out)
+
         query_pos, query_batch = query_nodes(data)
         weight, latent_weight, query_weight = (
             node_set_weights(data) if self.weighted else (None,) * 3
@@ -196,7 +223,7 @@ class PiT(Operator):
             num_samples=samples,
             pos_dst=latent_pos,
             batch_dst=latent_batch,
-            then=lambda out, nodes: F.gelu(out),
+            then=encoded,
         )  # [N_v, d_v]
         for block in self.processor:
             u = walk.layer(

@@ -103,7 +103,11 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     },
     # unweighted: the 16 x 16 latent grid's weights, lumped from the nearest nodes of a 22 x 22
     # input grid, alias (one or two input nodes per latent node) and change with the input grid;
-    # weighted, the zero-shot error at 43 x 43 was 2.2x the training grid's (0.0444 -> 0.0992)
+    # weighted, the zero-shot error at 43 x 43 was 2.2x the training grid's (0.0444 -> 0.0992).
+    # The coordinates at the latent nodes: among the input features, the encoder's one-sided
+    # fields at the boundary average them otherwise on finer grids; zero-shot at 43 x 43 and
+    # 85 x 85 1.03x / 1.03x the 22 x 22 error (0.0238), against 1.43x / 1.80x (0.0253)
+    # (115 epochs, seed 0: benchmarks/results/zero_shot_causes.md)
     ("darcy", "pit"): {
         "train": {"latent_grid": [16, 16]},
         "model": {
@@ -111,6 +115,7 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
             "encoder_quantile": 0.02,
             "decoder_quantile": 0.05,
             "weighted": False,
+            "latent_positions": True,
         },
     },
     # periodic distances in data units: the coordinates must not be rescaled. u0's derivative as a

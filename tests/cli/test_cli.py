@@ -296,7 +296,8 @@ def test_train_prints_the_settings_it_resolved_once_before_training(mesh_folder,
     settings = (
         "settings:\n"
         "  model             pit: width=8, heads=2, layers=1, decoder_layers=0,\n"
-        "                    lambda_param='tan', periodic=none, weighted=true, pointwise=false\n"
+        "                    lambda_param='tan', periodic=none, weighted=true, pointwise=false,\n"
+        "                    latent_positions=false\n"
         # the folder's defaults scaled to its meshes (presets.folder_rules): 36 nodes (the
         # median of 25, 36 and 49), so every node is latent, 20 sources of 36 in the encoder
         # and 12 latent nodes of 36 in the decoder, batch 2, lr 5e-3 and clipping 1

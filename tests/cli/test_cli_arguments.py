@@ -80,7 +80,7 @@ BAD_INPUTS = [
         "model 'pit' has no option 'widht'; did you mean 'width' or 'weighted'? (options: width, "
         "heads, layers, encoder_quantile, decoder_quantile, encoder_k, decoder_k, "
         "encoder_radius, decoder_radius, decoder_layers, lambda_param, periodic, weighted, "
-        "pointwise)",
+        "pointwise, latent_positions)",
     ),
     (
         ["--model-arg", "in_channels=3"],
