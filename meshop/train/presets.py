@@ -147,6 +147,15 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "train": {"batch_size": 2, "lr": 3e-3},
         "model": dict(TRANSOLVER_CPU),
     },
+    # Transolver on Burgers: u0's derivative and the coordinate's Fourier modes, as ONO (176
+    # epochs, the accuracy table's: 0.1341 with u0 and x, 0.0710 with both, 0.0786 with lr 2e-3;
+    # 125 epochs of batch 4: 0.0680). No random periodic shifts: with them its slice weights
+    # stayed uniform and its error near the MLP's for all 176 epochs (0.658 with u0 and x,
+    # 0.534 with both; benchmarks/results/tuning.md)
+    ("burgers", "transolver"): {
+        "model": dict(TRANSOLVER_CPU),
+        "dataset": {"gradient": True, "coordinate_modes": 8},
+    },
     # on meshes, the Galerkin and Fourier Transformers' 2D networks (Table 5: width 128, 6
     # layers, 2.2M parameters with the unused grid path) and ONO's (width 128, 8 layers) get one
     # or two epochs in a CPU table's minutes; halved they train 10 times as many (Elasticity,
@@ -179,8 +188,12 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # ONO on Burgers: the mesh datasets' size, u0's derivative and the coordinate's Fourier modes
     # (10 epochs: 0.638 with u0 and x, 0.468 with u0_x, 0.414 with 8 modes, 0.359 with both;
     # benchmarks/results/burgers_features.md): its kernels come from the node features, and raw x
-    # gives them no periodic basis in which to be convolutions
+    # gives them no periodic basis in which to be convolutions. ONO is not translation-equivariant:
+    # it trains on a new random periodic shift of every sample each epoch (periodic_shift), lr
+    # 2e-3 (the accuracy table's 121 epochs: 0.0991 without shifts, 0.0494 with, 0.0478 with lr
+    # 2e-3; benchmarks/results/tuning.md)
     ("burgers", "ono"): {
+        "train": {"periodic_shift": True, "lr": 2e-3},
         "model": dict(ONO_CPU),
         "dataset": {"gradient": True, "coordinate_modes": 8},
     },
