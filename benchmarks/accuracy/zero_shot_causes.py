@@ -1,15 +1,19 @@
-"""What makes a PiT checkpoint's error grow on finer grids of its Darcy problem: its test fields at
+"""What makes a checkpoint's error grow on finer grids of its Darcy problem: its test fields at
 the training grid and 2x and 4x finer, evaluated as trained and with one part of the model or of
-the data held at the training grid per row.
+the data held at the training grid per row (a PiT's encoder and decoder rows only for a PiT).
 
     python -m benchmarks.accuracy.zero_shot_causes runs/zero_shot/darcy-pit \
-        runs/zero_shot/darcy-pit-latentpos
+        runs/zero_shot/darcy-pit-latentpos runs/zero_shot/darcy-transolver runs/zero_shot/darcy-ono
 
-The runs are the accuracy table's Darcy row (its split, 115 epochs: 150 s over the pair's
-frozen time per epoch, seed 0), e.g. ``python -m benchmarks.accuracy.tune darcy pit --epochs 115
---set model.latent_positions=false`` (the paper's form) and the same without ``--set`` (the
-preset). The finer grids hold the training grid's nodes (every 2nd, every 4th node: the same
-fine solution subsampled), so every row compares the same fields:
+The runs are the accuracy table's Darcy rows (its split and seed 0, 150 s over each pair's
+frozen time per epoch: PiT 115 epochs, the Transolver 76, ONO 13), e.g. ``python -m
+benchmarks.accuracy.tune darcy pit --epochs 115 --set model.latent_positions=false`` (the paper's
+form) and the same without ``--set`` (the preset). ``darcy-transolver-cells`` is the
+Transolver trained with every node weighted by its cell in the domain (:func:`grid_weights` with
+no overhang set on the samples of both splits, a one-off run: the datasets' grids weigh their
+nodes equally); its own row is "every grid's nodes weighted by their cells". The finer grids
+hold the training grid's nodes (every 2nd, every 4th node: the same fine solution subsampled), so
+every row compares the same fields:
 
 - the input on the training grid, the outputs at the finer grid's nodes (the decoder at query
   points it was not trained at), and the converse (the encoder's sums over more nodes);
@@ -17,6 +21,8 @@ fine solution subsampled), so every row compares the same fields:
   training grid's nodes;
 - the input at as many farthest points of the finer grid as the training grid has; the
   training grid's field on the finer grid (nearest node, bilinear);
+- the finer grid's nodes weighted as the training grid's equal weights integrate (its boundary
+  nodes' cells reach half a training cell outside the domain), or by their own cells;
 - the training grid's prediction, and the exact solution there, interpolated bilinearly;
 - the receptive fields of the encoder and decoder as radius fields of the training grid's mean
   radius.
@@ -114,8 +120,38 @@ def farthest_input(model, fine, stride):
     n = (fine.grid_shape[0] - 1) // stride + 1
     keep = farthest_point_sampling(fine.pos, n ** len(fine.grid_shape))
     sparse = Data(pos=fine.pos[keep], x=fine.x[keep], weight=fine.weight[keep] * stride**2)
-    sparse.latent_pos = fine.latent_pos
+    if getattr(fine, "latent_pos", None) is not None:
+        sparse.latent_pos = fine.latent_pos
     return model(with_queries(sparse, fine)), fine.y
+
+
+def grid_weights(grid: Data, overhang: float) -> Tensor:
+    """Quadrature weights of a grid sample: the step ``h`` of each axis, the end nodes ``h / 2``
+    plus ``overhang / 2`` (0: the cells within the domain, halves on the edges and quarters at
+    the corners; a training grid's step: what that grid's equal weights integrate, its end nodes
+    carrying whole cells, half outside the domain), scaled to the sample's measure."""
+    axes = []
+    for n in grid.grid_shape:
+        h = 1.0 / (n - 1)
+        w = torch.full((n,), h)
+        w[[0, -1]] = (h + overhang) / 2
+        axes.append(w)
+    weight = axes[0]
+    for w in axes[1:]:
+        weight = torch.outer(weight, w).flatten()
+    return weight * (grid.weight.sum() / weight.sum())
+
+
+def training_weights(model, fine, stride):
+    held = fine.clone()
+    held.weight = grid_weights(fine, stride / (fine.grid_shape[0] - 1))
+    return model(held), fine.y
+
+
+def own_cells(model, fine, stride):
+    held = fine.clone()
+    held.weight = grid_weights(fine, 0.0)
+    return model(held), fine.y
 
 
 def coarse_field(model, fine, stride):
@@ -248,21 +284,24 @@ def fixed_field(where: str, size: float, kind: str) -> Callable[[PiT], None]:
     return change
 
 
-def variants(model, fine_of_training: dict[str, dict[str, float]]) -> dict[str, tuple]:
-    """The rows of the table: name -> (model, variant)."""
-    scale = float(model.normalizers["pos"].std[0]) if "pos" in model.normalizers else 1.0
+def variants(model, fields_of_training: dict | None) -> dict[str, tuple]:
+    """The rows of the table: name -> (model, variant); those of a PiT's encoder and decoder
+    with ``fields_of_training`` (its receptive fields on the training grid), else none."""
     rows: dict[str, tuple] = {
         "as trained (every grid its own)": (model, as_trained),
         "input on the training grid, outputs at the finer nodes": (model, coarse_input),
         "input on the finer grid, outputs at the training nodes": (model, coarse_output),
-        f"latent nodes within {BAND} of the boundary encoded from the training grid": (
+    }
+    if fields_of_training is not None:
+        rows[f"latent nodes within {BAND} of the boundary encoded from the training grid"] = (
             model,
             band_from_training_grid,
-        ),
-        "the other latent nodes encoded from the training grid": (
+        )
+        rows["the other latent nodes encoded from the training grid"] = (
             model,
             interior_from_training_grid,
-        ),
+        )
+    rows |= {
         "input at as many farthest points of the finer grid as the training grid has": (
             model,
             farthest_input,
@@ -275,11 +314,17 @@ def variants(model, fine_of_training: dict[str, dict[str, float]]) -> dict[str, 
             model,
             smooth_field,
         ),
+        "input on the finer grid, its boundary nodes weighted as the training grid's": (
+            model,
+            training_weights,
+        ),
+        "every grid's nodes weighted by their cells in the domain": (model, own_cells),
         "training-grid prediction, interpolated": (model, interpolated_prediction),
         "exact training-grid solution, interpolated (no model)": (model, interpolated_solution),
     }
-    for where in ("encoder", "decoder"):
-        radius = fine_of_training[where]["radius"] / scale
+    scale = float(model.normalizers["pos"].std[0]) if "pos" in model.normalizers else 1.0
+    for where in ("encoder", "decoder") if fields_of_training is not None else ():
+        radius = fields_of_training[where]["radius"] / scale
         rows[f"{where}: the training grid's mean radius as a radius field"] = (
             rebuilt(model, fixed_field(where, radius, "radius")),
             as_trained,
@@ -313,6 +358,32 @@ def band_errors(model, samples: list[Data], latent) -> dict[str, float]:
     return out
 
 
+def pit_tables(model, grid_fields: dict, n: int, record: dict) -> dict[str, str]:
+    """A PiT's receptive fields on every grid and kernel lengths (also put in ``record``)."""
+    resolutions = list(grid_fields)
+    grids = [f"{r}x{r}" for r in resolutions]
+    field_rows = [
+        [where, *(f"{grid_fields[r][where]['nodes']:.1f}" for r in resolutions)]
+        + [f"{grid_fields[r][where][key]:.4f}" for key in ("radius", "offset") for r in resolutions]
+        for where in ("encoder", "decoder")
+    ]
+    field_head = ["receptive field", *(f"nodes {g}" for g in grids)]
+    field_head += [f"{key} {g}" for key in ("radius", "offset") for g in grids]
+    scales = length_scales(model)
+    scale_rows = [[layer, *(f"{s:.4f}" for s in values)] for layer, values in scales.items()]
+    heads = max(len(v) for v in scales.values())
+    record.update(fields={str(r): f for r, f in grid_fields.items()}, lengths=scales)
+    return {
+        "receptive fields (mean over the targets of a test sample)": markdown_table(
+            field_head, field_rows
+        ),
+        f"kernel length 1/sqrt(lambda) of each head (the training grid's step: "
+        f"{1 / (n - 1):.4f})": markdown_table(
+            ["layer", *(f"head {h}" for h in range(heads))], scale_rows
+        ),
+    }
+
+
 def measure(checkpoint: str, args) -> tuple[dict[str, str], list[dict]]:
     """The tables and records of one checkpoint."""
     model, ckpt = load_model(checkpoint)
@@ -325,9 +396,10 @@ def measure(checkpoint: str, args) -> tuple[dict[str, str], list[dict]]:
     for r in resolutions:
         split = _test_split(ckpt, args.data_dir, {"resolution": r})
         tests[r] = [split[i] for i in range(min(len(split), args.samples or len(split)))]
-    grid_fields = {r: fields(model, latent(tests[r][0])) for r in resolutions}
+    is_pit = isinstance(pit_of(model), PiT)
+    grid_fields = {r: fields(model, latent(tests[r][0])) for r in resolutions} if is_pit else {}
     rows, records = [], []
-    for name, (variant_model, variant) in variants(model, grid_fields[n]).items():
+    for name, (variant_model, variant) in variants(model, grid_fields.get(n)).items():
         errors = [
             evaluate(variant_model, tests[r], (r - 1) // (n - 1), variant, latent)
             for r in resolutions
@@ -340,16 +412,6 @@ def measure(checkpoint: str, args) -> tuple[dict[str, str], list[dict]]:
         [where, *(f"{bands[r][key]:.4f}" for r in resolutions)]
         for key, where in (("band", f"nodes within {BAND} of the boundary"), ("interior", "others"))
     ]
-    field_rows = [
-        [where, *(f"{grid_fields[r][where]['nodes']:.1f}" for r in resolutions)]
-        + [f"{grid_fields[r][where][key]:.4f}" for key in ("radius", "offset") for r in resolutions]
-        for where in ("encoder", "decoder")
-    ]
-    field_head = ["receptive field", *(f"nodes {g}" for g in grids)]
-    field_head += [f"{key} {g}" for key in ("radius", "offset") for g in grids]
-    scales = length_scales(model)
-    scale_rows = [[layer, *(f"{s:.4f}" for s in values)] for layer, values in scales.items()]
-    heads = max(len(v) for v in scales.values())
     name = Path(checkpoint).name
     tables = {
         f"{name}: test rel. L2 on the training grid and finer grids": markdown_table(
@@ -358,27 +420,19 @@ def measure(checkpoint: str, args) -> tuple[dict[str, str], list[dict]]:
         f"{name}: where the error is (as trained; error norm over the whole target's norm)": (
             markdown_table(["nodes", *grids], band_rows)
         ),
-        f"{name}: receptive fields (mean over the targets of a test sample)": markdown_table(
-            field_head, field_rows
-        ),
-        f"{name}: kernel length 1/sqrt(lambda) of each head (the training grid's step: "
-        f"{1 / (n - 1):.4f})": markdown_table(
-            ["layer", *(f"head {h}" for h in range(heads))], scale_rows
-        ),
     }
-    spread = {r: latent_weight_spread(latent(tests[r][0])) for r in resolutions}
-    spread_rows = [[k, *(f"{spread[r][k]:.3f}" for r in resolutions)] for k in ("min", "max", "cv")]
-    tables["latent nodes' lumped quadrature weights over their mean (weighted=True only)"] = (
-        markdown_table(["", *grids], spread_rows)
-    )
-    records.append(
-        {
-            "fields": {str(r): f for r, f in grid_fields.items()},
-            "band_errors": {str(r): b for r, b in bands.items()},
-            "lengths": scales,
-            "latent_weights": {str(r): w for r, w in spread.items()},
-        }
-    )
+    records.append({"band_errors": {str(r): b for r, b in bands.items()}})
+    if is_pit:
+        pit = pit_tables(model, grid_fields, n, records[-1])
+        tables.update({f"{name}: {caption}": table for caption, table in pit.items()})
+        spread = {r: latent_weight_spread(latent(tests[r][0])) for r in resolutions}
+        spread_rows = [
+            [k, *(f"{spread[r][k]:.3f}" for r in resolutions)] for k in ("min", "max", "cv")
+        ]
+        tables["latent nodes' lumped quadrature weights over their mean (weighted=True only)"] = (
+            markdown_table(["", *grids], spread_rows)
+        )
+        records[-1]["latent_weights"] = {str(r): w for r, w in spread.items()}
     for record in records:
         record["run"] = name
     return tables, records
@@ -391,6 +445,7 @@ def main(argv=None) -> Path:
     )
     parser.add_argument("--data-dir", default=None, help="data root (default: the run's)")
     parser.add_argument("--samples", type=int, default=None, help="test samples (default: all)")
+    parser.add_argument("--name", default="zero_shot_causes", help="name of the result files")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
     args = parser.parse_args(argv)
@@ -402,7 +457,11 @@ def main(argv=None) -> Path:
         tables.update(more_tables)  # the data's latent weights: the last run's (the same data)
         records += more_records
     return write_results(
-        "zero_shot_causes", "PiT on finer grids: what changes with the grid", args, tables, records
+        args.name,
+        "Zero-shot on finer grids: what changes with the grid",
+        args,
+        tables,
+        records,
     )
 
 

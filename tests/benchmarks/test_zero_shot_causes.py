@@ -27,14 +27,18 @@ def test_subgrid_is_the_coarser_grids_sample_of_the_same_fields():
     torch.testing.assert_close(zero_shot_causes.upsample(linear, coarse, fine), wanted)
 
 
-def test_zero_shot_causes_runs_on_a_pit_checkpoint_and_writes_its_tables(tmp_path):
+@pytest.mark.parametrize(
+    ("model", "small"),
+    [("pit", {"width": 8, "layers": 1}), ("transolver", {"width": 8, "layers": 1, "slices": 4})],
+)
+def test_zero_shot_causes_runs_on_a_checkpoint_and_writes_its_tables(tmp_path, model, small):
     from benchmarks.lib.training_runs import run_config
     from meshop.train.run import train_run
 
     args = argparse.Namespace(quick=True, seed=0, data_dir=str(tmp_path / "data"))
-    small = {"model": {"width": 8, "layers": 1, "heads": 2}}
-    out = tmp_path / "darcy-pit"
-    train_run(run_config("darcy", "pit", 1, out, args, small), figures=False, log=lambda *_: 0)
+    out = tmp_path / f"darcy-{model}"
+    run = run_config("darcy", model, 1, out, args, {"model": {**small, "heads": 2}})
+    train_run(run, figures=False, log=lambda *_: 0)
     zero_shot_causes.main([str(out), "--samples", "1", "--out", str(tmp_path / "results")])
     data = json.loads((tmp_path / "results" / "zero_shot_causes.json").read_text())
     rows = {r["variant"]: r["errors"] for r in data["records"] if "variant" in r}
@@ -43,14 +47,18 @@ def test_zero_shot_causes_runs_on_a_pit_checkpoint_and_writes_its_tables(tmp_pat
         assert errors.keys() == {"6", "11", "21"}
     trained = rows["as trained (every grid its own)"]
     # on the training grid, the inputs and outputs held there are the model as trained
-    for name in (
+    held = [
         "input on the training grid, outputs at the finer nodes",
         "input on the finer grid, outputs at the training nodes",
-        "latent nodes within 0.1 of the boundary encoded from the training grid",
-        "the other latent nodes encoded from the training grid",
         "input at as many farthest points of the finer grid as the training grid has",
         "training-grid prediction, interpolated",
-    ):
+    ]
+    pit_only = [
+        "latent nodes within 0.1 of the boundary encoded from the training grid",
+        "the other latent nodes encoded from the training grid",
+    ]
+    assert all((name in rows) == (model == "pit") for name in pit_only)
+    for name in held + pit_only * (model == "pit"):
         assert rows[name]["6"] == pytest.approx(trained["6"], rel=1e-5), name
     text = (tmp_path / "results" / "zero_shot_causes.md").read_text()
     assert text.startswith("## ") and "| 6x6 | 11x11 | 21x21 |" in text
