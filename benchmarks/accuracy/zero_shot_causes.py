@@ -3,7 +3,10 @@ the training grid and 2x and 4x finer, evaluated as trained and with one part of
 the data held at the training grid per row (a PiT's encoder and decoder rows only for a PiT).
 
     python -m benchmarks.accuracy.zero_shot_causes runs/zero_shot/darcy-pit \
-        runs/zero_shot/darcy-pit-latentpos runs/zero_shot/darcy-transolver runs/zero_shot/darcy-ono
+        runs/zero_shot/darcy-pit-latentpos runs/zero_shot/darcy-transolver \
+        runs/zero_shot/darcy-transolver-cells
+    python -m benchmarks.accuracy.zero_shot_causes runs/zero_shot/darcy-ono --samples 5 \
+        --name zero_shot_causes_ono    # ONO at its Darcy size is slow to evaluate on a CPU
 
 The runs are the accuracy table's Darcy rows (its split and seed 0, 150 s over each pair's
 frozen time per epoch: PiT 115 epochs, the Transolver 76, ONO 13), e.g. ``python -m
