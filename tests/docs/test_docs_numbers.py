@@ -178,10 +178,10 @@ def choosing_a_model() -> list[str]:
         "every operator is below it on every dataset"
         if floor
         else "(rerun: an operator above the MLP baseline)",
-        f"PiT's, ONO's and the Transolver's errors on the 4x finer grid are {finer['pit']:.2f}x, "
-        f"{finer['ono']:.2f}x and {finer['transolver']:.2f}x their errors on the training grid, "
-        f"the Galerkin and Fourier Transformers' {finer['galerkin']:.2f}x and "
-        f"{finer['fourier']:.2f}x",
+        f"ONO's and the Transolver's errors on the 4x finer grid are {finer['ono']:.2f}x and "
+        f"{finer['transolver']:.2f}x their errors on the training grid; PiT's "
+        f"{finer['pit']:.2f}x, the Galerkin and Fourier Transformers' {finer['galerkin']:.2f}x "
+        f"and {finer['fourier']:.2f}x",
         f"every model's error is {min(meshes):.2f}x to {max(meshes):.2f}x its error on the "
         f"training meshes",
         zero_shot_findings()[4],
