@@ -282,8 +282,7 @@ def provenance(name: str, machine: dict) -> str:
     text += f", commit {machine['commit']}" if "commit" in machine else ""
     if "load" in machine:
         return f"{text}, load average {machine['load'][2]:.2f} over 15 minutes"
-    note = f" ({machine['note']})" if machine.get("note") else ""
-    return f"{text}, load not recorded{note}"
+    return f"{text}, {machine['note']}" if machine.get("note") else f"{text}, load not recorded"
 
 
 def table(data: dict[str, dict]) -> str:

@@ -118,7 +118,8 @@ def choosing_a_model() -> list[str]:
     """The comparisons on which docs/choosing-a-model.md bases its advice, as the result files
     have them: the lowest error at equal training time per dataset; the zero-shot errors on the
     finer Darcy grids and DarcyMesh meshes against the training resolution's (accuracy.json),
-    and up to a million nodes (large_mesh_zero_shot); what a latent mesh saves PiT
+    and on meshes of hundreds of thousands of nodes (large_mesh_zero_shot); what a latent mesh
+    saves PiT
     (speed_vs_reference), ONO's training step against PiT's (models) and the slowest model of
     ``meshop predict`` against the fastest (predict_file)."""
     found = json.loads((RESULTS / "accuracy.json").read_text())["records"]
@@ -279,7 +280,8 @@ def finest_meshes() -> list[str]:
 
 
 def zero_shot_findings() -> list[str]:
-    """The figures of the zero-shot accuracy up to a million nodes (large_mesh_zero_shot)."""
+    """The figures of the zero-shot accuracy on meshes of hundreds of thousands of nodes
+    (large_mesh_zero_shot)."""
     found = json.loads((RESULTS / "large_mesh_zero_shot.json").read_text())["records"]
     full, part = (r for r in found if r["kind"] == "training")
     evaluated = {(r["run"], r["refinement"]): r for r in found if r["kind"] == "evaluation"}
