@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from meshop._pyg import Data
-from meshop.errors import FieldError, MeshError
+from meshop.errors import ConfigError, FieldError, MeshError
 
 
 def _tensor(values, name: str) -> torch.Tensor:
@@ -92,6 +93,31 @@ def grid_points(shape: Sequence[int], bounds: Sequence[tuple[float, float]] | No
     return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, len(shape))
 
 
+#: the quadrature weights a uniform grid can give its nodes (:func:`uniform_grid`)
+GRID_WEIGHTS = ("equal", "cells")
+
+
+def _grid_weights(
+    shape: tuple[int, ...], bounds: Sequence[tuple[float, float]], weights: str
+) -> torch.Tensor:
+    """The [prod(shape)] quadrature weights ``weights`` (:data:`GRID_WEIGHTS`) of a grid's nodes,
+    in :func:`grid_points`' order; both sum to the box's measure."""
+    if weights not in GRID_WEIGHTS:
+        raise ConfigError(
+            f"unknown grid weights {weights!r}; choose one of {', '.join(map(repr, GRID_WEIGHTS))}"
+        )
+    if weights == "equal":
+        measure = math.prod(float(hi) - float(lo) for lo, hi in bounds)
+        return torch.full((math.prod(shape),), measure / math.prod(shape))
+    weight = torch.ones((), dtype=torch.float64)
+    for (lo, hi), s in zip(bounds, shape):
+        h = (float(hi) - float(lo)) / (s - 1)
+        axis = torch.full((s,), h, dtype=torch.float64)
+        axis[[0, -1]] = h / 2  # the trapezoidal rule: the end nodes' cells end at the boundary
+        weight = torch.outer(weight.flatten(), axis)
+    return weight.flatten().to(torch.float32)
+
+
 def uniform_grid(
     shape: Sequence[int],
     x=None,
@@ -99,21 +125,36 @@ def uniform_grid(
     *,
     bounds: Sequence[tuple[float, float]] | None = None,
     params=None,
+    weights: str = "equal",
 ) -> Data:
     """A uniform-grid domain (``grid_shape`` set) on ``bounds`` (default the unit box).
 
     Node order is documented in :func:`grid_points`. Fields may be given as [N, C], [N] or on the
-    grid itself ([*shape] or [*shape, C]). Every node has weight ``|box| / N``: exactly the
-    ``1/n`` of
-    the Galerkin Transformer on the unit box.
+    grid itself ([*shape] or [*shape, C]).
+
+    Args:
+        shape: nodes per axis (1 to 3 axes of at least 2 nodes).
+        x: input fields, [N, C], [N], [*shape] or [*shape, C].
+        y: targets, the same layouts.
+        bounds: ``(lo, hi)`` of each axis; default ``(0, 1)``.
+        params: [P] constant per-sample parameters.
+        weights: the nodes' quadrature weights, both summing to the box's measure ``|box|``.
+            ``"equal"``: ``|box| / N`` at every node, the ``1/n`` of the Galerkin Transformer on
+            the unit box (its grid path relies on it); the nodes on the boundary then carry whole
+            cells, half outside the domain, and that strip thins as the grid refines.
+            ``"cells"``: each node's cells within the domain, the trapezoidal rule
+            :math:`w = \\prod_i h_i / 2^{b_i}` with :math:`h_i` the step of axis :math:`i` and
+            :math:`b_i` 1 on its first and last node, else 0 (halves on the edges, quarters at
+            the corners of a 2D grid): exact for functions linear in each coordinate, and the
+            same integral on every grid of the box, so that quadrature-weighted models (ONO, the
+            Transolver) see the same means on finer grids.
     """
     pos = grid_points(shape, bounds)
     n = len(pos)
-    measure = 1.0
-    for lo, hi in bounds if bounds is not None else [(0.0, 1.0)] * len(shape):
-        measure *= float(hi) - float(lo)
-    data = Data(pos=pos, weight=torch.full((n,), measure / n))
-    data.grid_shape = tuple(int(s) for s in shape)
+    shape = tuple(int(s) for s in shape)
+    bounds = list(bounds) if bounds is not None else [(0.0, 1.0)] * len(shape)
+    data = Data(pos=pos, weight=_grid_weights(shape, bounds, weights))
+    data.grid_shape = shape
     if x is not None:
         data.x = _node_field(torch.as_tensor(x).reshape(n, -1), n, "x")
     if y is not None:

@@ -18,6 +18,7 @@ import scipy.sparse.linalg as sla
 
 from meshop._pyg import Data
 from meshop.data import uniform_grid
+from meshop.data.domains import GRID_WEIGHTS
 from meshop.datasets.base import GeneratedDataset
 from meshop.datasets.grf import gaussian_random_field
 from meshop.errors import ConfigError
@@ -84,9 +85,9 @@ class Darcy(GeneratedDataset):
 
     Each sample is a :func:`meshop.data.uniform_grid` domain of ``resolution x resolution`` nodes on
     the unit square with ``x`` = permeability ``a`` [N, 1], ``y`` = pressure ``u`` [N, 1],
-    ``grid_shape = (resolution, resolution)`` and weights ``1 / N``. The fields are computed on a
-    ``fine_resolution`` grid and subsampled, so a dataset at another ``resolution`` (same ``seed``
-    and ``fine_resolution``) holds the same fields at other nodes.
+    ``grid_shape = (resolution, resolution)`` and the quadrature weights ``grid_weights``. The
+    fields are computed on a ``fine_resolution`` grid and subsampled, so a dataset at another
+    ``resolution`` (same ``seed`` and ``fine_resolution``) holds the same fields at other nodes.
 
     Args:
         root: data root (default ``$MESHOP_DATA`` or the repository's ``datasets/``).
@@ -102,6 +103,11 @@ class Darcy(GeneratedDataset):
             :math:`(-\\Delta + \\tau^2 I)^{-\\alpha}`.
         tau: inverse length scale :math:`\\tau` of that covariance.
         coefficients: the values of ``a`` where the field is ``>= 0`` and ``< 0``.
+        grid_weights: the nodes' quadrature weights (``weights`` of
+            :func:`meshop.data.uniform_grid`): ``"equal"``, ``1 / N`` (the Galerkin Transformer's),
+            or ``"cells"``, each node's cells within the square (the trapezoidal rule), the same
+            integral on every resolution, so that ONO's and the Transolver's quadratures do not
+            change on finer grids. Applied on loading: the cached samples are the same.
         transform: PyG transform applied on access.
         progress: show a tqdm progress bar while generating.
     """
@@ -122,9 +128,15 @@ class Darcy(GeneratedDataset):
         alpha: float = 2.0,
         tau: float = 3.0,
         coefficients: tuple[float, float] = (12.0, 3.0),
+        grid_weights: str = "equal",
         transform=None,
         progress: bool = True,
     ):
+        if grid_weights not in GRID_WEIGHTS:
+            raise ConfigError(
+                f"grid_weights must be one of {', '.join(map(repr, GRID_WEIGHTS))}, got "
+                f"{grid_weights!r}; 'cells' weighs each node by its cells within the square"
+            )
         resolution, fine_resolution = int(resolution), int(fine_resolution)
         if fine_resolution < 3 or resolution < 2 or (fine_resolution - 1) % (resolution - 1):
             valid = [
@@ -148,6 +160,10 @@ class Darcy(GeneratedDataset):
             tau=float(tau),
             coefficients=[float(c) for c in coefficients],
         )
+        self.grid_weights = grid_weights
+        if grid_weights != "equal":  # the cache holds every sample's equal weights
+            cells = uniform_grid((resolution, resolution), weights=grid_weights).weight
+            self._data.weight = cells.repeat(len(self))
 
     def generate(self, index: int, rng: np.random.Generator) -> Data:
         c = self.config

@@ -100,3 +100,41 @@ def test_resolutions_subsample_the_same_fields(tmp_path):
 def test_resolution_must_subsample_the_fine_grid(tmp_path):
     with pytest.raises(ConfigError, match=r"choose one of \[2, 3, 5, 6, 9, 11, 21, 41\]"):
         Darcy(root=tmp_path, resolution=12, **SMALL)
+
+
+def test_cell_weights_are_applied_to_the_cached_samples_at_every_resolution(tmp_path):
+    """grid_weights="cells" gives every node its cells within the square at the training grid and
+    at the finer ones, over the same cached fields (the cache does not depend on the weights)."""
+    for resolution in (11, 21, 41):
+        equal = Darcy(root=tmp_path, resolution=resolution, **SMALL)
+        cells = Darcy(root=tmp_path, resolution=resolution, grid_weights="cells", **SMALL)
+        assert cells.config_hash == equal.config_hash
+        h = 1 / (resolution - 1)
+        for e, c in zip(equal, cells):
+            assert torch.equal(e.x, c.x) and torch.equal(e.y, c.y)
+            assert torch.equal(e.weight, torch.full_like(e.weight, 1 / resolution**2))
+            weight = c.weight.view(resolution, resolution)
+            assert weight.sum().item() == pytest.approx(1.0, rel=1e-6)
+            assert weight[5, 5].item() == pytest.approx(h * h)
+            assert weight[0, 5].item() == pytest.approx(h * h / 2)
+            assert weight[-1, -1].item() == pytest.approx(h * h / 4)
+
+
+def test_grid_weights_is_a_dataset_option_of_the_command_line(tmp_path):
+    """``--dataset-arg grid_weights='"cells"'`` (or unquoted) reaches the samples."""
+    from meshop.cli import parse_assignments
+    from meshop.datasets.registry import build_dataset
+
+    small = dict(SMALL, resolution=11)
+    for value in ('"cells"', "cells"):
+        args = parse_assignments([f"grid_weights={value}"], "--dataset-arg")
+        test = build_dataset("darcy", "test", str(tmp_path), **args, **small)
+        assert test[0].weight.view(11, 11)[0, 0].item() == pytest.approx(1 / 400)
+    with pytest.raises(ConfigError, match="'grid_weights' of dataset 'darcy' expects a string"):
+        build_dataset("darcy", "test", str(tmp_path), grid_weights=1, **small)
+
+
+def test_unknown_grid_weights_are_refused_before_generating(tmp_path):
+    with pytest.raises(ConfigError, match=r"grid_weights must be one of 'equal', 'cells', got 'x'"):
+        Darcy(root=tmp_path, resolution=11, grid_weights="x", **SMALL)
+    assert not (tmp_path / "darcy").exists()

@@ -244,3 +244,13 @@ def test_no_preset_on_meshes_is_quadratic_in_the_mesh_size(dataset, model):
     pos = torch.rand(3000, 2, generator=torch.Generator().manual_seed(0))
     data = latent(Data(pos=pos, x=torch.rand(3000, 1)))
     assert net.quadratic(data) is None
+
+
+def test_ono_and_the_transolver_on_darcy_weight_each_node_by_its_cells():
+    """Their quadratures (slice means, moments) stay the same on finer grids with the cells'
+    weights; the Galerkin Transformer's grid path keeps the equal 1/n weights."""
+    assert preset("darcy", "ono")["dataset"]["grid_weights"] == "cells"
+    assert preset("darcy", "transolver")["dataset"]["grid_weights"] == "cells"
+    assert preset("darcy", "transolver")["model"] == preset("darcy-mesh", "transolver")["model"]
+    for model in ("pit", "galerkin", "fourier", "mlp"):
+        assert "grid_weights" not in preset("darcy", model)["dataset"]
