@@ -143,11 +143,12 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # ONO and the Transolver on Darcy: every node weighted by its cells within the square (halves
     # on the edges, quarters at the corners), not 1/N: with equal weights the boundary nodes carry
     # whole cells, half outside the domain, a strip that thins on finer grids and changes the
-    # slice means and ONO's moments. Trained at 22 x 22, zero-shot at 43 x 43 and 85 x 85: the
-    # Transolver (76 epochs, seed 0) 0.0727 -> 0.0792 / 0.0790 (1.09x / 1.09x) with these weights,
-    # 0.0737 -> 0.0950 / 0.1092 (1.29x / 1.48x) with equal ones; ONO with the finer grids' boundary
-    # nodes weighted as the training grid's 1.02x / 1.02x, against 1.23x / 1.40x
-    # (benchmarks/results/zero_shot_causes.md, zero_shot_causes_ono.md)
+    # slice means and ONO's moments. Trained at 22 x 22, zero-shot at 43 x 43 and 85 x 85 (the
+    # accuracy table's runs, seed 0): the Transolver (76 epochs) 0.0727 -> 0.0792 / 0.0790
+    # (1.09x / 1.09x) with these weights, 0.0737 -> 0.0950 / 0.1092 (1.29x / 1.48x) with equal
+    # ones; ONO (13 epochs) 0.0719 -> 0.0742 / 0.0747 (1.03x / 1.04x), against 0.0743 -> 0.0898 /
+    # 0.1030 (1.21x / 1.39x) (benchmarks/results/accuracy.md; the causes in zero_shot_causes.md
+    # and zero_shot_causes_ono.md)
     ("darcy", "transolver"): {
         "model": dict(TRANSOLVER_CPU),
         "dataset": {"grid_weights": "cells"},
