@@ -12,11 +12,12 @@ The runs are the accuracy table's Darcy rows (its split and seed 0, 150 s over e
 frozen time per epoch: PiT 115 epochs, the Transolver 76, ONO 13), e.g. ``python -m
 benchmarks.accuracy.tune darcy pit --epochs 115 --set model.latent_positions=false`` (the paper's
 form) and the same without ``--set`` (the preset). ``darcy-transolver-cells`` is the
-Transolver trained with every node weighted by its cell in the domain (:func:`grid_weights` with
-no overhang set on the samples of both splits, a one-off run: the datasets' grids weigh their
-nodes equally); its own row is "every grid's nodes weighted by their cells". The finer grids
-hold the training grid's nodes (every 2nd, every 4th node: the same fine solution subsampled), so
-every row compares the same fields:
+Transolver trained with every node weighted by its cells in the domain, as its Darcy preset now
+does (``grid_weights="cells"``: ``python -m benchmarks.accuracy.tune darcy transolver --epochs
+76``), ``darcy-transolver`` the same with ``--set 'dataset.grid_weights="equal"'`` (the grids'
+equal weights); the cells run's own row is "every grid's nodes weighted by their cells". The finer
+grids hold the training grid's nodes (every 2nd, every 4th node: the same fine solution
+subsampled), so every row compares the same fields:
 
 - the input on the training grid, the outputs at the finer grid's nodes (the decoder at query
   points it was not trained at), and the converse (the encoder's sums over more nodes);
