@@ -97,8 +97,9 @@ def main(argv=None) -> int:
         record = json.loads(args.tables_from.read_text())
     else:
         record = run(args.out, args.quick)
-    common.replace_section(args.readme, "demo", section(record))
-    print(section(record))
+    text = section(record)
+    common.replace_section(args.readme, "demo", text)
+    print(text)
     return 0
 
 

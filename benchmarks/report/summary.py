@@ -281,7 +281,7 @@ def provenance(name: str, machine: dict) -> str:
     text = f"`{name}.md` {machine['date']}"
     text += f", commit {machine['commit']}" if "commit" in machine else ""
     if "load" in machine:
-        return f"{text}, load average {machine['load'][2]:.2f} over 15 minutes"
+        return text + common.load_of(machine)
     return f"{text}, {machine['note']}" if machine.get("note") else f"{text}, load not recorded"
 
 
