@@ -405,19 +405,27 @@ def mesh_cells(data: Data) -> list[tuple[str, np.ndarray]]:
 
 
 def to_meshio(
-    data: Data, fields: Mapping[str, torch.Tensor | np.ndarray] | None = None
+    data: Data,
+    fields: Mapping[str, torch.Tensor | np.ndarray] | None = None,
+    compact: bool = False,
 ) -> meshio.Mesh:
     """A ``meshio.Mesh`` of a domain with the given node fields as point data.
 
     Points are written in 3D (2D meshes get z = 0, which ``read_mesh`` drops again). A domain with
     no connectivity is written with one vertex cell per node so that every format and ParaView
-    accept it.
+    accept it. Coordinates and floating-point fields are float64, connectivity int64, unless
+    ``compact`` (for formats that store any width, such as ``.vtu``): coordinates and fields
+    then keep their own precision (float32 for a domain read by meshop) and connectivity is
+    int32 below 2^31 nodes, which halves the memory that writing a huge mesh takes.
     """
-    pos = data.pos.detach().cpu().double().numpy()
+    pos = data.pos.detach().cpu().numpy()
     n = len(pos)
-    points = np.zeros((n, 3))
+    real = pos.dtype if compact and pos.dtype in (np.float32, np.float64) else np.float64
+    points = np.zeros((n, 3), dtype=real)
     points[:, : pos.shape[1]] = pos
     cells = mesh_cells(data) or [("vertex", np.arange(n).reshape(-1, 1))]
+    if compact and n < 2**31:
+        cells = [(kind, conn.astype(np.int32)) for kind, conn in cells]
     point_data = {}
     for name, values in (fields or {}).items():
         values = values.detach().cpu().numpy() if torch.is_tensor(values) else np.asarray(values)
@@ -426,10 +434,11 @@ def to_meshio(
                 f"field '{name}' has shape {tuple(values.shape)}, expected one row per node ({n})"
             )
         values = values.reshape(n, -1) if values.ndim > 1 else values
-        if np.issubdtype(values.dtype, np.floating):
+        if np.issubdtype(values.dtype, np.floating) and not compact:
             values = values.astype(np.float64)  # exact for float32; some writers need float64
         if pos.shape[1] == 2 and values.ndim == 2 and values.shape[1] == 2:
-            values = np.c_[values, np.zeros(n)]  # 2D vectors as 3D, as ParaView expects
+            # 2D vectors as 3D, as ParaView expects
+            values = np.c_[values, np.zeros(n, dtype=values.dtype)]
         point_data[name] = values
     return meshio.Mesh(points, cells, point_data=point_data)
 
@@ -482,8 +491,8 @@ def write_mesh(
         )
     if not path.parent.is_dir():
         raise MeshReadError(f"cannot write '{path}': directory '{path.parent}' does not exist")
-    mesh = to_meshio(data, fields)
     fmt = (file_format or path.suffix.lstrip(".")).lower()
+    mesh = to_meshio(data, fields, compact=fmt == "vtu")
     if fmt in {"msh", "gmsh", "gmsh22"}:
         _gmsh_entities(mesh)
         for name, values in list(mesh.point_data.items()):

@@ -22,9 +22,14 @@ from meshop.nn.position_kernel import PositionKernel
 from meshop.nn.quadrature import log_weight
 from meshop.nn.sparse import SparseAggregate
 
-#: edges one neighbour search of a driver's chunk finds at most (2^24 edges hold 400 MB of
-#: indices and distances)
-SEARCH_EDGES = 2**24
+#: edges one neighbour search of a driver's chunk finds at most: the search holds about 60 bytes
+#: per edge at once (indices, distances, their sort), 60 MB for 2^20 edges, the same on every
+#: mesh large enough to fill it, so that a prediction's memory hardly depends on the field's size
+#: (a 10% quantile field of a 1e7-node mesh is 1e6 sources per latent node; 2^24 edges per
+#: search took 1.1 GB). The few latent nodes such a search holds are searched by direct
+#: distances (:data:`meshop.data.neighbors.DENSE_PER_SOURCE_LOG2`): many small searches cost
+#: what one large one does.
+SEARCH_EDGES = 2**20
 
 
 class LocalPositionAttention(PositionKernel):
@@ -206,8 +211,9 @@ class LocalPositionAttention(PositionKernel):
 
     def target_chunk(self, chunk_nodes: int, batch: Tensor) -> int:
         """Targets per :meth:`partial` of a driver: ``chunk_nodes``, or fewer when they would
-        hold more than :data:`SEARCH_EDGES` edges (each torch-cluster search builds a tree over
-        every source: few large searches, not many small ones)."""
+        hold more than :data:`SEARCH_EDGES` edges (a search of a few targets among many sources
+        computes their distances directly instead of building a tree over the sources, so small
+        searches cost what a large one does)."""
         ((kind, value),) = self.field.items()
         most = int(torch.bincount(batch).max()) if len(batch) else 1
         field = {"quantile": value * most + 2, "k": value, "radius": self.max_num_neighbors}[kind]

@@ -3,6 +3,7 @@ and :func:`prepare_data`, the one call that readies a training run's data."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -30,8 +31,9 @@ class LatentMesh:
     ``num_points`` nodes of the sample chosen by farthest point sampling (``sampling="fps"``,
     :func:`meshop.data.add_latent_mesh`: evenly spread in space) or uniformly at random
     (``"random"``: they follow the node density, so graded meshes keep their refinement, e.g.
-    at an airfoil's surface); or a ``grid_shape`` grid over the bounding box. The sample is copied,
-    never modified. Seeded, so a sample always gets the same latent mesh.
+    at an airfoil's surface); or a ``grid_shape`` grid over the bounding box. The sample is
+    never modified: the result is a shallow copy (its own attributes, the sample's tensors, so a
+    huge mesh is not held twice). Seeded, so a sample always gets the same latent mesh.
     """
 
     num_points: int | None = None
@@ -42,7 +44,7 @@ class LatentMesh:
     def __call__(self, data: Data) -> Data:
         if self.num_points is None and self.grid_shape is None:
             return data
-        data = data.clone()
+        data = copy.copy(data)
         if self.sampling == "random" and self.num_points is not None:
             generator = torch.Generator().manual_seed(self.seed)
             keep = torch.randperm(len(data.pos), generator=generator)[: self.num_points]

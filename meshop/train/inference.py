@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import sys
@@ -43,7 +42,13 @@ from meshop.nn.chunking import Walk
 from meshop.train.checkpoint import load, load_model
 from meshop.train.config import from_dict
 from meshop.train.data import LatentMesh, check_compatible, field_layout_of
-from meshop.train.memory import available_memory, chunked, default_chunk_nodes, total_nodes
+from meshop.train.memory import (
+    available_memory,
+    chunked,
+    default_chunk_nodes,
+    release_freed_memory,
+    total_nodes,
+)
 from meshop.train.normalized import NormalizedModel
 
 #: bytes per node of ``meshop predict`` besides the model: the mesh as meshio reads it (float64
@@ -327,13 +332,10 @@ def _resident() -> tuple[int, int] | None:
 
 def _reset_peak() -> bool:
     """Reset the peak resident memory that :func:`_resident` reads (Linux >= 4.0), after giving
-    the memory that the C allocator holds free back to the system (``malloc_trim``, glibc), so
-    that what the next steps allocate shows in the resident memory instead of reusing it
-    unseen."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    the memory that the C allocator holds free back to the system
+    (:func:`~meshop.train.memory.release_freed_memory`), so that what the next steps allocate
+    shows in the resident memory instead of reusing it unseen."""
+    release_freed_memory()
     try:
         with open("/proc/self/clear_refs", "w") as refs:
             refs.write("5")
@@ -652,6 +654,7 @@ def predict_file(
         if Path(query).suffix.lower() not in (".csv", ".txt"):
             query_mesh = read_mesh(query)
     check_memory(model, ckpt, total_nodes(data), chunk_nodes, f"'{mesh}'")
+    release_freed_memory()  # the file parser's buffers
     prepared = latent_of(ckpt)(data)
     if not quadratic_ok:
         check_quadratic(model, prepared)
@@ -668,10 +671,13 @@ def predict_file(
         file=sys.stderr,
         disable=not progress or None,
     )
+    release_freed_memory()  # the estimate's subsets
     start = time.perf_counter()
     with bar, reporting_chunks(bar.update):
         pred = predict_in_chunks(model, prepared, chunk_nodes)
     seconds = time.perf_counter() - start
+    del prepared
+    release_freed_memory()  # the forward's intermediates, before the file's copies
     fields = split_fields(pred, checkpoint_fields(ckpt, "target"))
     out = Path(out)
     write_start = time.perf_counter()

@@ -117,6 +117,25 @@ def test_to_meshio_writes_float64_fields_tensors_with_gradients_and_flattened_te
     assert mesh.point_data["p"].dtype == np.float64
 
 
+def test_vtu_files_keep_float32_values_and_int32_connectivity_and_read_back_the_same(tmp_path):
+    # half the memory of float64 / int64 copies when a huge mesh is written
+    mesh = meshio.Mesh(POINTS, CELLS, point_data={"a": np.arange(6.0)})
+    data = from_meshio(mesh, "a")
+    u = torch.rand(6, 2)
+    path = write_mesh(tmp_path / "out.vtu", data, {"u": u, "a": data.x})
+    written = meshio.read(path)
+    assert written.points.dtype == np.float32 and written.points.shape == (6, 3)
+    assert 'type="Int32" Name="connectivity"' in path.read_text()  # meshio reads it as int64
+    assert written.point_data["u"].dtype == np.float32 and written.point_data["u"].shape == (6, 3)
+    np.testing.assert_array_equal(written.point_data["u"][:, :2], u.numpy())
+    again = read_mesh(path, "a")
+    assert torch.equal(again.pos, data.pos) and torch.equal(again.x, data.x)
+    assert torch.equal(again.face, data.face) and torch.equal(again.weight, data.weight)
+    # other formats still get float64 and int64
+    assert to_meshio(data, {"u": u}).points.dtype == np.float64
+    assert to_meshio(data).cells[0].data.dtype == np.int64
+
+
 def test_write_mesh_writes_ascii_gmsh_for_a_msh_file_and_says_which_folder_is_missing(tmp_path):
     data = from_points(torch.rand(6, 2))
     data.face = torch.tensor([[0, 1, 2], [3, 4, 5]]).T.contiguous()

@@ -24,7 +24,26 @@ def as_mask(index, n_dst, n_src):
     return mask
 
 
-METHODS = ["knn", "radius"]
+#: the quantile searches: kNN, radius searches by torch-cluster's tree, by direct distances
+METHODS = ["knn", "radius", "radius-direct"]
+
+
+@pytest.fixture(autouse=True)
+def radius_searches(request, monkeypatch):
+    """A test's ``method`` "radius" searches by torch-cluster's tree only, "radius-direct" by
+    direct distances only (the two ways of :func:`meshop.data.neighbors._radius_among`)."""
+    method = (
+        request.node.callspec.params.get("method") if hasattr(request.node, "callspec") else None
+    )
+    if method in ("radius", "radius-direct"):
+        every = float("inf") if method == "radius-direct" else 0.0
+        monkeypatch.setattr(neighbors, "DENSE_PER_SOURCE_LOG2", every)
+
+
+def quantile_by(pos_src, pos_dst, q, batch_src=None, batch_dst=None, method="radius"):
+    return quantile_index(
+        pos_src, pos_dst, q, batch_src, batch_dst, method=method.removesuffix("-direct")
+    )
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -32,7 +51,7 @@ METHODS = ["knn", "radius"]
 def test_quantile_neighbours_equal_dense_quantile_mask_on_random_clouds(q, method):
     g = torch.Generator().manual_seed(1)
     pos_src, pos_dst = torch.rand(300, 2, generator=g), torch.rand(120, 2, generator=g)
-    index = quantile_index(pos_src, pos_dst, q, method=method)
+    index = quantile_by(pos_src, pos_dst, q, method=method)
     assert torch.equal(as_mask(index, 120, 300), dense_quantile_mask(pos_src, pos_dst, q))
     assert len(index[1]) == len(set(map(tuple, index.t().tolist())))  # no duplicates
 
@@ -43,7 +62,7 @@ def test_quantile_neighbours_match_dense_mask_in_the_positions_dtype(dtype, meth
     g = torch.Generator().manual_seed(5)
     pos_src = torch.rand(200, 3, generator=g, dtype=dtype)
     pos_dst = torch.rand(50, 3, generator=g, dtype=dtype)
-    index = quantile_index(pos_src, pos_dst, 0.07, method=method)
+    index = quantile_by(pos_src, pos_dst, 0.07, method=method)
     assert torch.equal(as_mask(index, 50, 200), dense_quantile_mask(pos_src, pos_dst, 0.07))
 
 
@@ -51,7 +70,7 @@ def test_quantile_neighbours_match_dense_mask_in_the_positions_dtype(dtype, meth
 @pytest.mark.parametrize("q", [0.01, 0.02, 0.05, 0.1])
 def test_quantile_neighbours_include_ties_on_a_uniform_grid(q, method):
     pos = grid_points((17, 17))
-    index = quantile_index(pos, pos, q, method=method)
+    index = quantile_by(pos, pos, q, method=method)
     dense = dense_quantile_mask(pos, pos, q)
     assert torch.equal(as_mask(index, len(pos), len(pos)), dense)
     # on a grid many neighbours are equidistant: more than ceil(q N) per row must appear
@@ -67,7 +86,7 @@ def test_quantile_neighbours_are_per_sample_in_batches_of_different_sizes(method
     pos_dst = [torch.rand(n, 3, generator=g) for n in sizes_dst]
     batch_src = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes_src)])
     batch_dst = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes_dst)])
-    index = quantile_index(
+    index = quantile_by(
         torch.cat(pos_src), torch.cat(pos_dst), 0.1, batch_src, batch_dst, method=method
     )
     assert torch.equal(batch_src[index[1]], batch_dst[index[0]])
@@ -83,7 +102,8 @@ def test_quantile_neighbours_are_per_sample_in_batches_of_different_sizes(method
         off_src, off_dst = off_src + len(ps), off_dst + len(pd)
 
 
-def test_radius_quantile_search_stays_exact_when_its_estimate_is_poor(monkeypatch):
+@pytest.mark.parametrize("method", METHODS[1:])
+def test_radius_quantile_search_stays_exact_when_its_estimate_is_poor(monkeypatch, method):
     # a tiny subsample and no safety margin: most first searches come back short or with the
     # threshold at their edge, and must be repeated with larger radii
     monkeypatch.setattr(neighbors, "ESTIMATE_SOURCES", 8)
@@ -91,33 +111,36 @@ def test_radius_quantile_search_stays_exact_when_its_estimate_is_poor(monkeypatc
     g = torch.Generator().manual_seed(7)
     pos_src = torch.rand(2000, 2, generator=g) ** 3  # graded: dense near the origin
     pos_dst = torch.rand(90, 2, generator=g)
-    index = quantile_index(pos_src, pos_dst, 0.05, method="radius")
+    index = quantile_by(pos_src, pos_dst, 0.05, method=method)
     assert torch.equal(as_mask(index, 90, 2000), dense_quantile_mask(pos_src, pos_dst, 0.05))
 
 
-def test_radius_quantile_search_that_hits_its_cap_searches_again_without_it(monkeypatch):
+@pytest.mark.parametrize("method", METHODS[1:])
+def test_radius_quantile_search_that_hits_its_cap_searches_again_without_it(monkeypatch, method):
     monkeypatch.setattr(neighbors, "CAP_FACTOR", 0)  # cap = 64 sources, a target needs ~100
     g = torch.Generator().manual_seed(10)
     pos_src, pos_dst = torch.rand(1000, 2, generator=g), torch.rand(40, 2, generator=g)
-    index = quantile_index(pos_src, pos_dst, 0.1, method="radius")
+    index = quantile_by(pos_src, pos_dst, 0.1, method=method)
     assert torch.equal(as_mask(index, 40, 1000), dense_quantile_mask(pos_src, pos_dst, 0.1))
 
 
-def test_radius_quantile_search_with_zero_thresholds_is_exact_and_finishes():
+@pytest.mark.parametrize("method", METHODS[1:])
+def test_radius_quantile_search_with_zero_thresholds_is_exact_and_finishes(method):
     # every node twice and q = 0: each threshold is 0, which no search radius can bracket
     half = torch.rand(300, 2, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
     pos = torch.cat([half, half])
-    index = quantile_index(pos, pos, 0.0, method="radius")
+    index = quantile_by(pos, pos, 0.0, method=method)
     assert torch.equal(as_mask(index, 600, 600), dense_quantile_mask(pos, pos, 0.0))
 
 
 @pytest.mark.parametrize("bad", [float("nan"), 3e19, float("inf")])
-def test_radius_quantile_search_finishes_on_non_finite_distances(bad):
+@pytest.mark.parametrize("method", METHODS[1:])
+def test_radius_quantile_search_finishes_on_non_finite_distances(bad, method):
     g = torch.Generator().manual_seed(12)
     pos_src = torch.rand(50, 2, generator=g)
     pos_dst = pos_src[:5].clone()
     pos_dst[1, 0] = bad  # NaN, or squared distances that overflow float32
-    by_radius = quantile_index(pos_src, pos_dst, 0.1, method="radius")
+    by_radius = quantile_by(pos_src, pos_dst, 0.1, method=method)
     by_knn = quantile_index(pos_src, pos_dst, 0.1, method="knn")
     assert torch.equal(as_mask(by_radius, 5, 50), as_mask(by_knn, 5, 50))
 
@@ -144,11 +167,43 @@ def test_auto_quantile_search_uses_radius_search_for_wide_fields(monkeypatch):
     narrow = quantile_index(pos_src, pos_dst, 0.02)  # 8 neighbours: kNN
     assert spy.calls == ["knn"]
     monkeypatch.setattr(neighbors, "RADIUS_SEARCH_FROM", 8)
+    monkeypatch.setattr(neighbors, "DENSE_PER_SOURCE_LOG2", 0.0)  # by the tree
     spy.calls.clear()
     wide = quantile_index(pos_src, pos_dst, 0.3)
     assert "knn" not in spy.calls and "radius" in spy.calls
     for index, q in ((narrow, 0.02), (wide, 0.3)):
         assert torch.equal(as_mask(index, 30, 400), dense_quantile_mask(pos_src, pos_dst, q))
+
+
+def test_radius_searches_of_few_targets_among_many_sources_compute_distances_directly(
+    monkeypatch,
+):
+    # a latent mesh's few nodes with wide fields in a large mesh: no tree over the sources
+    spy = _Spy(neighbors.torch_cluster)
+    monkeypatch.setattr(neighbors, "torch_cluster", spy)
+    g = torch.Generator().manual_seed(9)
+    pos_src, pos_dst = torch.rand(5000, 2, generator=g), torch.rand(6, 2, generator=g)
+    few = quantile_index(pos_src, pos_dst, 0.3, method="radius")
+    assert spy.calls == []
+    assert torch.equal(as_mask(few, 6, 5000), dense_quantile_mask(pos_src, pos_dst, 0.3))
+    # as many targets as sources: the tree
+    many = quantile_index(pos_src[:300], pos_src[:300], 0.3, method="radius")
+    assert "radius" in spy.calls
+    assert torch.equal(
+        as_mask(many, 300, 300), dense_quantile_mask(pos_src[:300], pos_src[:300], 0.3)
+    )
+
+
+def test_direct_radius_search_returns_every_source_within_the_radius_of_its_sample():
+    g = torch.Generator().manual_seed(13)
+    pos_src, pos_dst = torch.rand(70, 3, generator=g), torch.rand(9, 3, generator=g)
+    batch_src = torch.tensor([0] * 30 + [1] * 40)
+    batch_dst = torch.tensor([0] * 4 + [1] * 5)
+    index = neighbors._dense_radius(pos_src, pos_dst, 0.2, batch_src, batch_dst)
+    d = (pos_dst[:, None] - pos_src[None]).pow(2).sum(-1)
+    expected = (d <= 0.2) & (batch_dst[:, None] == batch_src[None])
+    assert torch.equal(as_mask(index, 9, 70), expected)
+    assert torch.equal(index, sort_edges(index, 9, 70))  # grouped by target, sorted by source
 
 
 def test_unknown_quantile_search_is_rejected():

@@ -67,6 +67,17 @@ def test_farthest_point_latent_mesh_is_a_seeded_copy_and_leaves_the_sample_alone
     assert out.latent_pos.shape == (7, 2)
 
 
+def test_a_latent_mesh_shares_the_sample_s_tensors_and_leaves_its_latent_weights_alone():
+    # a shallow copy: a huge mesh is not held twice in memory while it is predicted
+    data = sample()
+    data.weight = torch.rand(len(data.pos))
+    data.latent_pos, data.latent_weight = data.pos[:3].clone(), torch.ones(3)
+    out = LatentMesh(num_points=5, seed=1)(data)
+    assert out.pos is data.pos and out.x is data.x and out.weight is data.weight
+    assert len(out.latent_pos) == 5 and len(out.latent_weight) == 5
+    assert len(data.latent_pos) == 3 and torch.equal(data.latent_weight, torch.ones(3))
+
+
 def test_random_latent_mesh_keeps_seeded_nodes_in_their_order():
     data = sample()
     out = LatentMesh(num_points=5, seed=1, sampling="random")(data)
