@@ -116,6 +116,10 @@ def top_dimensional_cells(
     return top, [(t, c) for (t, c), d in zip(cells, dims) if d == top and len(c) > 0]
 
 
+#: cells whose measures :func:`lumped_mass_weights` computes at once
+WEIGHT_CELLS = 2**20
+
+
 def lumped_mass_weights(
     points: np.ndarray,
     cells: Sequence[tuple[str, np.ndarray]],
@@ -149,17 +153,20 @@ def lumped_mass_weights(
     weights = np.zeros(n)
     for cell_type, conn in blocks:
         conn = np.asarray(conn, dtype=np.int64)
-        measures = cell_measures(points, cell_type, conn)
-        bad = np.flatnonzero(measures <= rtol * extent**dim)
+        k = conn.shape[1]
+        bad = []
+        for start in range(0, len(conn), WEIGHT_CELLS):  # bounded temporaries on huge meshes
+            part = conn[start : start + WEIGHT_CELLS]
+            measures = cell_measures(points, cell_type, part)
+            bad.append(start + np.flatnonzero(measures <= rtol * extent**dim))
+            weights += np.bincount(part.ravel(), np.repeat(measures / k, k), minlength=n)
+        bad = np.concatenate(bad) if bad else bad
         if len(bad):
             raise MeshError(
                 f"{source}: {len(bad)} degenerate {cell_type} cell(s) with zero measure "
                 f"(first: cell {int(bad[0])} with nodes {conn[bad[0]].tolist()}); "
                 "remove or repair them in the mesh generator"
             )
-        np.add.at(
-            weights, conn, np.repeat(measures / conn.shape[1], conn.shape[1]).reshape(conn.shape)
-        )
     return weights
 
 

@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 import torch
-from scipy.spatial import Delaunay
+from scipy.spatial import ConvexHull, Delaunay
 
 from meshop.data import lumped_mass_weights
+from meshop.data import weights as weights_module
 from meshop.data.weights import default_weight
 from meshop.errors import MeshError
 from tests.helpers import square_with_hole
@@ -57,6 +58,24 @@ def test_degenerate_tetrahedron_is_rejected():
     points = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0], [0, 0, 1]], float)
     with pytest.raises(MeshError, match="degenerate tetra"):
         lumped_mass_weights(points, [("tetra", np.array([[0, 1, 2, 4], [0, 1, 2, 3]]))])
+
+
+def test_weights_in_blocks_of_cells_equal_one_block_and_name_the_first_degenerate_cell(
+    monkeypatch,
+):
+    # huge meshes are weighted a block of cells at a time
+    rng = np.random.default_rng(3)
+    points = rng.random((60, 2))
+    triangles = Delaunay(points).simplices
+    whole = lumped_mass_weights(points, [("triangle", triangles)])
+    monkeypatch.setattr(weights_module, "WEIGHT_CELLS", 7)
+    blocks = lumped_mass_weights(points, [("triangle", triangles)])
+    np.testing.assert_allclose(blocks, whole, rtol=1e-14)
+    assert blocks.sum() == pytest.approx(ConvexHull(points).volume)  # the hull's area
+    flat = triangles.copy()
+    flat[[9, 20]] = [0, 0, 1]  # two degenerate cells in the second and third blocks
+    with pytest.raises(MeshError, match=r"2 degenerate triangle cell\(s\).*first: cell 9 with"):
+        lumped_mass_weights(points, [("triangle", flat)])
 
 
 def test_default_weight_is_one_over_n_in_every_sample():
