@@ -22,6 +22,7 @@ from meshop.data import (
     field_layout,
     from_meshio,
     group_masks,
+    mesh_cells,
     mesh_integrals,
     read_mesh,
     read_meshio,
@@ -55,11 +56,19 @@ from meshop.train.normalized import NormalizedModel
 #: coordinates, the cells, the fields, the file's decoded arrays while reading), the domain's
 #: tensors, the node features and the outputs, and the written file's arrays
 FILE_BYTES_PER_NODE = 600
-#: ``[N, width]`` float32 tensors a model family keeps between its layers (docs/large_meshes.md):
-#: the Transolver its features and a block's output, ONO its two streams and their updates, the
-#: Galerkin Transformer on the input mesh (no latent mesh) its features; PiT and the Galerkin
-#: Transformer on a latent mesh only the input and the output (counted per node above)
-STATE_TENSORS = {Transolver: 2, ONO: 4, GalerkinTransformer: 2}
+#: ``[N, width]`` float32 tensors a model family keeps between its layers in a chunked pass: the
+#: Transolver its features (and a little more), ONO its two streams, the Galerkin Transformer on
+#: the input mesh (no latent mesh) its features; PiT and the Galerkin Transformer on a latent
+#: mesh none. Measured: the growth of the chunked pass's peak between 5e5 and 2e6 nodes, less
+#: :func:`pass_bytes_per_node`'s 40 bytes for one input and one output on 2D meshes, at width
+#: 64: ONO 512 bytes per node, the Transolver 308, the Galerkin Transformer and PiT on a latent
+#: mesh below the noise (about 100 bytes)
+STATE_TENSORS = {Transolver: 1.25, ONO: 2, GalerkinTransformer: 2}
+#: the larger subset's growth of the resident memory over its pass times this is the estimate's
+#: allowance for one chunk's intermediates: the allocator's free blocks make it vary by +-30%
+#: from one mesh size to the next (PiT's chunked pass, chunks of 65,536 nodes: 310 to 619 MB
+#: between 1.3e5 and 2e6 nodes, without a trend)
+TRANSIENT_MARGIN = 1.3
 #: live float32 tensors of a chunk's widest layer (the layer's input and output, an MLP's hidden
 #: features, attention weights), in units of the model's widest linear layer
 CHUNK_TENSORS = 4
@@ -133,7 +142,7 @@ def memory_estimate(
     widest = max(linear, default=1)
     return MemoryEstimate(
         file=FILE_BYTES_PER_NODE * num_nodes,
-        state=4 * tensors * width * num_nodes,
+        state=int(4 * tensors * width * num_nodes),
         chunk=4 * CHUNK_TENSORS * widest * chunk,
         chunk_nodes=chunk_nodes or None,
     )
@@ -375,20 +384,64 @@ def _probe(model, ckpt, data: Data, nodes: int, chunk: int | None) -> _Probe:
     return _Probe(seconds, memory, counted[0], total_nodes(probe))
 
 
+def pass_bytes_per_node(model: torch.nn.Module, ckpt: dict[str, Any], data: Data) -> int:
+    """Bytes per node of the tensors a chunked pass holds for the whole mesh at once: the
+    normalised inputs and the node features (inputs and coordinates), two index vectors, the
+    outputs (normalised and decoded), and the model family's ``[N, width]`` state
+    (:data:`STATE_TENSORS`)."""
+    info = ckpt["data"]
+    inner = model.model if isinstance(model, NormalizedModel) else model
+    width = inner.config.get("width") or 0
+    state = next((k for cls, k in STATE_TENSORS.items() if isinstance(inner, cls)), 0)
+    config = from_dict(ckpt["train_config"])
+    if isinstance(inner, GalerkinTransformer) and (config.latent_points or config.latent_grid):
+        state = 0
+    inputs = info["x_channels"] or 0
+    return int(
+        4 * (2 * inputs + data.pos.shape[1]) + 16 + 8 * info["out_channels"] + 4 * state * width
+    )
+
+
+def write_bytes(data: Data, channels: int, path: str | os.PathLike) -> int:
+    """The memory that writing ``channels`` values at every node of ``data`` (its input fields
+    included) to ``path`` takes above the domain: the coordinates and fields as the file
+    stores them (float32 and int32 in a ``.vtu``, float64 and int64 elsewhere), the cells' copies
+    (cast, flattened, joined; their offsets and types), and the largest array about 2.5 times
+    over while it is compressed and encoded; a CSV file its float64 table and text."""
+    n = total_nodes(data) if getattr(data, "query_pos", None) is None else len(data.query_pos)
+    written = channels + (data.x.shape[1] if getattr(data, "x", None) is not None else 0)
+    if Path(path).suffix.lower() == ".csv":
+        return 16 * (data.pos.shape[1] + channels) * n
+    real = 4 if Path(path).suffix.lower() == ".vtu" else 8
+    blocks = mesh_cells(data) if getattr(data, "query_pos", None) is None else []
+    corners = sum(conn.size for _, conn in blocks) or n
+    cells = sum(len(conn) for _, conn in blocks) or n
+    arrays = [3 * real * n, real * corners, real * written * n]
+    return sum(arrays) + 2 * real * corners + (real + 1) * cells + int(2.5 * max(arrays))
+
+
 def estimate_prediction(
-    model: torch.nn.Module, ckpt: dict[str, Any], data: Data, chunk_nodes: int | None = None
+    model: torch.nn.Module,
+    ckpt: dict[str, Any],
+    data: Data,
+    chunk_nodes: int | None = None,
+    written: int = 0,
 ) -> PredictionEstimate:
     """The time and memory :func:`predict` will take on ``data`` (after the mesh is read),
     measured on random subsets of the nodes and extrapolated to the whole.
 
-    The subsets hold ``P`` and ``P / 2`` of the nodes, where ``P`` is :data:`PROBE_FRACTION` of
-    them, at least two chunks, within :data:`PROBE_NODES` and at most all; each gets its latent
-    mesh and is predicted in chunks of ``chunk_nodes``, as the whole mesh will be (a chunk's
-    cost per node depends on its size). The time is the larger subset's scaled by ``N / P``;
-    the memory the larger subset's peak resident memory above the start plus, per further node,
-    the growth between the two subsets (the chunk's memory is the same whatever the mesh), on
-    Linux (elsewhere the rough :func:`memory_estimate`). The subsets cost about 1.5 ``P / N``
-    of the prediction."""
+    The subsets hold ``P / 4`` (the warm-up) and ``P`` of the nodes, where ``P`` is
+    :data:`PROBE_FRACTION` of them, at least two chunks, within :data:`PROBE_NODES` and at most
+    all; each gets its latent mesh and is predicted in chunks of ``chunk_nodes``, as the whole
+    mesh will be (a chunk's cost per node depends on its size). The time is the larger
+    subset's scaled by ``N / P``. The memory is the largest of three peaks of the resident
+    memory (Linux; elsewhere the rough :func:`memory_estimate`): reading the mesh (measured
+    before the estimate); the pass (the resident memory now, the larger subset's growth over
+    its pass, which holds a chunk's intermediates whatever the mesh (times
+    :data:`TRANSIENT_MARGIN`), and :func:`pass_bytes_per_node` for the rest of the nodes; an
+    unchunked pass: the subset's growth scaled by ``N / P``); writing (the outputs and
+    ``written`` bytes, :func:`write_bytes`). The subsets cost about 1.25 ``P / N`` of the
+    prediction."""
     nodes = total_nodes(data)
     if chunk_nodes is None:
         chunk_nodes = default_chunk_nodes(nodes)
@@ -396,18 +449,23 @@ def estimate_prediction(
     size = round(len(data.pos) * PROBE_FRACTION)
     size = min(len(data.pos), max(lo, min(hi, max(size, 2 * (chunk_nodes or 0)))))
     now, peak = _resident() or (0, 0)  # before the subsets: the mesh as read, its peak
-    half = _probe(model, ckpt, data, max(size // 2, 1), chunk_nodes)  # also the warm-up
+    _probe(model, ckpt, data, max(size // 4, 1), chunk_nodes)  # the warm-up
     whole = _probe(model, ckpt, data, size, chunk_nodes)
     scale = nodes / max(whole.nodes, 1)
-    if whole.memory >= 0 and half.memory >= 0:
-        per_node = max(whole.memory - half.memory, 0) / max(whole.nodes - half.nodes, 1)
-        extra = int(whole.memory + per_node * max(nodes - whole.nodes, 0))
+    if whole.memory >= 0:
+        if chunk_nodes:  # one chunk's intermediates, and the tensors of the whole mesh
+            per_node = pass_bytes_per_node(model, ckpt, data)
+            forward = TRANSIENT_MARGIN * whole.memory + per_node * max(nodes - whole.nodes, 0)
+        else:  # unchunked: every intermediate grows with the mesh
+            forward = whole.memory * scale
+        outputs = 4 * ckpt["data"]["out_channels"] * nodes
+        memory = max(peak, now + forward, now + outputs + written)
     else:
-        extra = memory_estimate(model, ckpt, nodes, chunk_nodes or 0).total
+        memory = now + memory_estimate(model, ckpt, nodes, chunk_nodes or 0).total
     return PredictionEstimate(
         seconds=whole.seconds * scale,
         write_seconds=WRITE_SECONDS_PER_NODE * nodes,
-        memory=max(peak, now + extra),
+        memory=memory,
         reported=int(whole.reported * scale),
         probe_nodes=whole.nodes,
     )
@@ -660,7 +718,8 @@ def predict_file(
         check_quadratic(model, prepared)
     estimate = None
     if report is not None or progress:
-        estimate = estimate_prediction(model, ckpt, data, chunk_nodes)
+        written = write_bytes(data, ckpt["data"]["out_channels"], out)
+        estimate = estimate_prediction(model, ckpt, data, chunk_nodes, written)
         if report is not None:
             report(f"predicting on {total_nodes(data):,} nodes: {estimate}")
     bar = tqdm(
