@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from meshop._pyg import Data
+from meshop.data.vtu import read_vtu
 from meshop.data.weights import (
     cell_dimension,
     cell_measures,
@@ -319,9 +320,16 @@ def read_meshio(path: str | os.PathLike, file_format: str | None = None) -> mesh
     if not path.is_file():
         raise MeshReadError(f"mesh file '{path}' does not exist (working directory: {Path.cwd()})")
     said = io.StringIO()  # meshio prints its reasons, then raises SystemExit
+    mesh = None
+    if path.suffix.lower() == ".vtu" and file_format in (None, "vtu"):
+        # the common .vtu layout at a fraction of meshio's peak memory; anything else, a corrupt
+        # file included, goes to meshio, whose message is the one to show
+        with contextlib.suppress(Exception):
+            mesh = read_vtu(path)
     try:
         with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
-            mesh = meshio.read(path, file_format=file_format)
+            if mesh is None:
+                mesh = meshio.read(path, file_format=file_format)
     except (Exception, SystemExit) as exc:
         reasons = [" ".join(said.getvalue().split())]
         if not isinstance(exc, SystemExit):

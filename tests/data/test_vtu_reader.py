@@ -1,0 +1,235 @@
+"""The lean .vtu reader gives meshio's mesh for the common layouts and leaves the rest to meshio."""
+
+import base64
+import re
+import warnings
+
+import meshio
+import numpy as np
+import pytest
+import torch
+
+from meshop._pyg import Data
+from meshop.data import read_meshio, write_mesh
+from meshop.data import vtu as vtu_module
+from meshop.data.vtu import read_vtu
+
+
+def assert_same_mesh(ours: meshio.Mesh, theirs: meshio.Mesh) -> None:
+    assert ours.points.dtype == theirs.points.dtype
+    assert ours.points.shape == theirs.points.shape
+    np.testing.assert_array_equal(ours.points, theirs.points)
+    assert [b.type for b in ours.cells] == [b.type for b in theirs.cells]
+    for mine, meshios in zip(ours.cells, theirs.cells, strict=True):
+        assert mine.data.dtype == meshios.data.dtype
+        assert mine.data.shape == meshios.data.shape
+        np.testing.assert_array_equal(mine.data, meshios.data)
+    assert list(ours.point_data) == list(theirs.point_data)
+    for name, values in theirs.point_data.items():
+        assert ours.point_data[name].dtype == values.dtype
+        assert ours.point_data[name].shape == values.shape
+        np.testing.assert_array_equal(ours.point_data[name], values)
+    assert list(ours.cell_data) == list(theirs.cell_data)
+    for name, blocks in theirs.cell_data.items():
+        for mine, meshios in zip(ours.cell_data[name], blocks, strict=True):
+            assert mine.dtype == meshios.dtype
+            assert mine.shape == meshios.shape
+            np.testing.assert_array_equal(mine, meshios)
+
+
+def read_both(path) -> tuple[meshio.Mesh, meshio.Mesh]:
+    ours = read_vtu(path)
+    assert ours is not None, "the lean reader refused a file it handles"
+    return ours, meshio.read(path)
+
+
+def write(path, mesh, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # meshio warns about ASCII .vtu files
+        meshio.write(path, mesh, **kwargs)
+    return path
+
+
+def mixed_mesh(real=np.float64, index=np.int64) -> meshio.Mesh:
+    rng = np.random.default_rng(0)
+    points = rng.random((9, 3)).astype(real)
+    triangles = np.array([[0, 1, 2], [1, 2, 3], [2, 3, 4]], dtype=index)
+    quads = np.array([[4, 5, 6, 7], [5, 6, 7, 8]], dtype=index)
+    return meshio.Mesh(
+        points,
+        [("triangle", triangles), ("quad", quads)],
+        point_data={
+            "p": rng.random(9).astype(real),
+            "u": rng.random((9, 3)),
+            "flag": np.arange(9, dtype=np.int32),
+        },
+        cell_data={
+            "region": [np.array([1, 2, 3], dtype=np.int32), np.array([4, 5], dtype=np.int32)],
+            "s": [rng.random(3), rng.random(2)],
+        },
+    )
+
+
+LAYOUTS = [
+    pytest.param({}, id="zlib"),
+    pytest.param({"compression": None}, id="uncompressed"),
+    pytest.param({"binary": False}, id="ascii"),
+    pytest.param({"header_type": "UInt64"}, id="zlib-uint64-header"),
+    pytest.param({"header_type": "UInt64", "compression": None}, id="uncompressed-uint64-header"),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("real", [np.float32, np.float64])
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_mixed_triangles_and_quads_equal_meshio(tmp_path, layout, real, index):
+    ours, theirs = read_both(write(tmp_path / "m.vtu", mixed_mesh(real, index), **layout))
+    assert [b.type for b in ours.cells] == ["triangle", "quad"]
+    assert ours.points.dtype == real
+    assert ours.point_data["u"].shape == (9, 3)
+    assert_same_mesh(ours, theirs)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_tetrahedra_wedges_lines_and_vertices_equal_meshio(tmp_path, layout):
+    rng = np.random.default_rng(1)
+    points = rng.random((8, 3))
+    mesh = meshio.Mesh(
+        points,
+        [
+            ("tetra", np.array([[0, 1, 2, 3], [1, 2, 3, 4]])),
+            ("wedge", np.array([[0, 1, 2, 3, 4, 5]])),  # meshio reorders its nodes
+            ("line", np.array([[5, 6], [6, 7]])),
+            ("vertex", np.array([[7], [0]])),
+        ],
+        point_data={"t": rng.random(8)},
+        cell_data={"id": [np.arange(2), np.arange(1), np.arange(2), np.arange(2)]},
+    )
+    ours, theirs = read_both(write(tmp_path / "t.vtu", mesh, **layout))
+    assert [b.type for b in ours.cells] == ["tetra", "wedge", "line", "vertex"]
+    np.testing.assert_array_equal(ours.cells[1].data, [[0, 1, 2, 3, 4, 5]])
+    assert_same_mesh(ours, theirs)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"binary": False}])
+def test_files_of_write_mesh_equal_meshio(tmp_path, kwargs):
+    pos = torch.rand(6, 2)
+    data = Data(pos=pos, face=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4], [2, 3, 4, 5]]))
+    fields = {"u": torch.rand(6, 2), "p": torch.rand(6)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = write_mesh(tmp_path / "d.vtu", data, fields, **kwargs)
+    ours, theirs = read_both(path)
+    assert ours.points.dtype == np.float32
+    assert ours.point_data["u"].shape == (6, 3)
+    assert_same_mesh(ours, theirs)
+
+    tets = Data(
+        pos=torch.rand(5, 3), cell_index_tetra=torch.tensor([[0, 1], [1, 2], [2, 3], [3, 4]])
+    )
+    assert_same_mesh(*read_both(write_mesh(tmp_path / "tet.vtu", tets, {"p": torch.rand(5)})))
+
+
+def test_many_compression_blocks_equal_meshio(tmp_path):
+    rng = np.random.default_rng(2)
+    n = 200_000
+    triangles = rng.integers(0, n, size=(2 * n, 3)).astype(np.int32)
+    mesh = meshio.Mesh(
+        rng.random((n, 3)), [("triangle", triangles)], point_data={"u": rng.random((n, 3))}
+    )
+    path = write(tmp_path / "big.vtu", mesh)
+    text = path.read_text()
+    # the points' zlib header says how many 32 KiB blocks they take: well over one
+    header = text.split('Name="Points" NumberOfComponents="3" format="binary">')[1].lstrip()
+    assert int(np.frombuffer(base64.b64decode(header[:8])[:4], "<u4")[0]) > 100
+    ours, theirs = read_both(path)
+    assert_same_mesh(ours, theirs)
+
+
+def test_connectivity_is_decoded_as_meshio_int64(tmp_path):
+    ours = read_vtu(write(tmp_path / "m.vtu", mixed_mesh(index=np.int32)))
+    assert all(b.data.dtype == np.int64 for b in ours.cells)
+    ours.points[0, 0] = 5.0  # writable arrays, as meshio gives
+    ours.cells[0].data[0, 0] = 1
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        pytest.param('format="binary"', 'format="appended"', id="appended"),
+        pytest.param("LittleEndian", "BigEndian", id="big-endian"),
+        pytest.param("<Piece", "<FieldData></FieldData><Piece", id="field-data"),
+        pytest.param(
+            "</UnstructuredGrid>",
+            '<Piece NumberOfPoints="0" NumberOfCells="0"/></UnstructuredGrid>',
+            id="two-pieces",
+        ),
+    ],
+)
+def test_unsupported_layouts_give_none(tmp_path, old, new):
+    path = tmp_path / "m.vtu"
+    text = write(path, mixed_mesh(), compression=None).read_text()
+    assert read_vtu(path) is not None
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    assert read_vtu(path) is None
+
+
+def test_read_meshio_falls_back_to_meshio_for_lzma_and_polygons(tmp_path):
+    lzma = write(tmp_path / "lzma.vtu", mixed_mesh(), compression="lzma")
+    assert read_vtu(lzma) is None
+    assert_same_mesh(read_meshio(lzma), meshio.read(lzma))
+
+    polygons = meshio.Mesh(
+        np.random.default_rng(3).random((6, 3)),
+        [("triangle", np.array([[0, 1, 2]])), ("polygon", np.array([[1, 2, 3, 4, 5]]))],
+    )
+    path = write(tmp_path / "poly.vtu", polygons)
+    assert read_vtu(path) is None
+    mesh = read_meshio(path)
+    assert [b.type for b in mesh.cells] == ["triangle", "polygon"]
+
+
+def test_read_meshio_uses_the_lean_reader_and_meshio_for_what_it_refuses(tmp_path, monkeypatch):
+    path = write(tmp_path / "m.vtu", mixed_mesh())
+    calls = []
+    real_read = meshio.read
+    monkeypatch.setattr(meshio, "read", lambda *a, **k: calls.append(a) or real_read(*a, **k))
+    assert_same_mesh(read_meshio(path), real_read(path))
+    assert calls == []
+    monkeypatch.setattr(vtu_module, "_FIXED_CELLS", {})  # refuses every cell type
+    monkeypatch.setattr("meshop.data.mesh_io.read_vtu", vtu_module.read_vtu)
+    assert_same_mesh(read_meshio(path), real_read(path))
+    assert len(calls) == 1
+
+
+def test_a_corrupt_vtu_gives_meshio_error(tmp_path):
+    from meshop.errors import MeshReadError
+
+    path = tmp_path / "bad.vtu"
+    text = write(path, mixed_mesh()).read_text()
+    path.write_text(text[: len(text) // 2])
+    with pytest.raises(Exception):  # noqa: B017
+        read_vtu(path)
+    with pytest.raises(MeshReadError, match="cannot read mesh file .*bad.vtu.*meshio said"):
+        read_meshio(path)
+
+
+def test_appended_data_is_read_by_meshio(tmp_path):
+    inline = write(tmp_path / "inline.vtu", mixed_mesh(), compression=None)
+    runs = []
+
+    def to_appended(match):
+        offset = sum(len(run) for run in runs)
+        runs.append(match.group(2).strip())
+        start = match.group(1).replace('format="binary"', f'format="appended" offset="{offset}"')
+        return start + "</DataArray>"
+
+    text = re.sub(
+        r"(<DataArray[^>]*>)(.*?)</DataArray>", to_appended, inline.read_text(), flags=re.S
+    )
+    appended = '<AppendedData encoding="base64">_' + "".join(runs) + "</AppendedData>\n</VTKFile>"
+    path = tmp_path / "appended.vtu"
+    path.write_text(text.replace("</VTKFile>", appended))
+    assert read_vtu(path) is None
+    assert_same_mesh(read_meshio(path), meshio.read(inline))
