@@ -41,13 +41,25 @@ def sample_slices(batch_src: torch.Tensor, batch_dst: torch.Tensor) -> list[tupl
                 f"{name} is not sorted; position-attention expects the nodes of each sample to be "
                 f"contiguous, as in a PyG DataLoader batch (sort the nodes by sample first)"
             )
-    both = torch.cat([batch_src, batch_dst])
-    num_samples = int(both.max()) + 1 if both.numel() else 0
+    num_samples = _num_samples(batch_src, batch_dst)
     ranges = []
     for batch in (batch_src, batch_dst):
-        ptr = torch.bincount(batch, minlength=num_samples).cumsum(0).tolist()
-        ranges.append([slice(start, stop) for start, stop in zip([0, *ptr[:-1]], ptr)])
+        bounds = _sample_bounds(batch, num_samples).tolist()
+        ranges.append([slice(start, stop) for start, stop in itertools.pairwise(bounds)])
     return list(zip(*ranges))
+
+
+def _num_samples(*batches: torch.Tensor) -> int:
+    """The samples of sorted batch vectors: one more than the largest last value."""
+    return max((int(b[-1]) + 1 for b in batches if b.numel()), default=0)
+
+
+def _sample_bounds(batch: torch.Tensor, num_samples: int) -> torch.Tensor:
+    """Where each sample's nodes start in a sorted batch vector, and where the last ends
+    [num_samples + 1]: a binary search, not a pass over the nodes (a search of a few targets
+    among a huge mesh's nodes is made many times)."""
+    samples = torch.arange(num_samples + 1, device=batch.device, dtype=batch.dtype)
+    return torch.searchsorted(batch, samples)
 
 
 def equal_sizes(
@@ -183,8 +195,8 @@ def quantile_index(
     batch_src, batch_dst = _batches(pos_src, pos_dst, batch_src, batch_dst)
     if len(pos_src) == 0 or len(pos_dst) == 0:
         return torch.zeros(2, 0, dtype=torch.long, device=pos_src.device)
-    num_batches = int(max(batch_src.max(), batch_dst.max())) + 1
-    count = torch.bincount(batch_src, minlength=num_batches)  # sources per sample
+    num_batches = _num_samples(batch_src, batch_dst)
+    count = _sample_bounds(batch_src, num_batches).diff()  # sources per sample
     below, frac = quantile_rank(count, q, pos_src.dtype)  # per sample
     k_needed = int((below + 2).clamp(max=count).max())
     by_radius = method == "radius" or (method == "auto" and k_needed >= RADIUS_SEARCH_FROM)
@@ -224,7 +236,11 @@ def _estimated_radius2(pos_src, pos_dst, batch_src, batch_dst, q, count) -> torc
             continue
         # at most about 2^24 distances per sample: fewer sources when it has many targets
         size = max(2048, 2**24 // (targets.stop - targets.start))
-        pick = torch.randperm(n, generator=generator)[: min(ESTIMATE_SOURCES, size)]
+        k = min(ESTIMATE_SOURCES, size)
+        if n >= 16 * k:  # a huge sample: k draws, hardly ever the same twice, not a permutation
+            pick = torch.randint(n, (k,), generator=generator)
+        else:
+            pick = torch.randperm(n, generator=generator)[:k]
         sub = pos_src[sources][pick.to(pos_src.device)]
         rank = min(len(sub), math.ceil(q * (len(sub) - 1)) + 1)  # the q-quantile, rounded up
         chunk = max(1, 2**22 // len(sub))

@@ -353,9 +353,9 @@ def _reset_peak() -> bool:
     return True
 
 
-#: seconds of writing a predicted mesh per node (benchmarks/results/predict_file.md: about 4 s for
-#: a million nodes)
-WRITE_SECONDS_PER_NODE = 3.8e-6
+#: seconds of writing a predicted mesh per node (benchmarks/results/predict_file_2threads.md:
+#: 24 s for ten million nodes, a float32/int32 zlib-compressed .vtu)
+WRITE_SECONDS_PER_NODE = 2.4e-6
 
 
 class _Probe(NamedTuple):

@@ -206,6 +206,20 @@ def test_direct_radius_search_returns_every_source_within_the_radius_of_its_samp
     assert torch.equal(index, sort_edges(index, 9, 70))  # grouped by target, sorted by source
 
 
+def test_sample_slices_of_sorted_batches_with_empty_samples():
+    batch_src = torch.tensor([1, 1, 3, 3, 3])  # samples 0 and 2 without sources
+    batch_dst = torch.tensor([0, 2, 2, 4])  # samples 1 and 3 without targets
+    slices = neighbors.sample_slices(batch_src, batch_dst)
+    assert [(s.start, s.stop, t.start, t.stop) for s, t in slices] == [
+        (0, 0, 0, 1),
+        (0, 2, 1, 1),
+        (2, 2, 1, 3),
+        (2, 5, 3, 3),
+        (5, 5, 3, 4),
+    ]
+    assert neighbors.sample_slices(batch_src[:0], batch_dst[:0]) == []
+
+
 def test_unknown_quantile_search_is_rejected():
     pos = torch.rand(10, 2)
     with pytest.raises(ConfigError, match="unknown quantile search 'exact'"):
