@@ -121,7 +121,7 @@ def choosing_a_model() -> list[str]:
     and on meshes of hundreds of thousands of nodes (large_mesh_zero_shot); what a latent mesh
     saves PiT
     (speed_vs_reference), ONO's training step against PiT's (models) and the slowest model of
-    ``meshop predict`` against the fastest (predict_file)."""
+    ``meshop predict`` against the fastest (predict_file_2threads)."""
     found = json.loads((RESULTS / "accuracy.json").read_text())["records"]
     error = {(r["dataset"], r["model"]): r["test_rel_l2"] for r in found}
     titles = {
@@ -163,7 +163,7 @@ def choosing_a_model() -> list[str]:
     largest = max(r["n"] for r in records("models", table="training"))
     model = {r["model"]: r for r in records("models", table="training", impl="meshop", n=largest)}
     ono, pit = model["ONO"], model["PiT"]
-    files = json.loads((RESULTS / "predict_file.json").read_text())["records"]
+    files = json.loads((RESULTS / "predict_file_2threads.json").read_text())["records"]
     size = max(
         (r["nodes"] for r in files),
         key=lambda n: (sum(r["nodes"] == n for r in files), n),

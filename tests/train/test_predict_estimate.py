@@ -103,9 +103,9 @@ def family(trained, request):
 @pytest.mark.parametrize("chunk", [0, 4096])
 @pytest.mark.parametrize("family", ["pit", "galerkin", "ono", "transolver", "mlp"], indirect=True)
 def test_the_peak_memory_estimate_is_within_1_3x_of_the_measured_peak(big_mesh, family, chunk):
-    """Of the process's peak (benchmarks/results/predict_file.md measures the same up to 1e7
-    nodes); the growth above what the process held before, tens of MB for these tiny models,
-    within a factor of 2.5 (measured: 0.50-0.96)."""
+    """Of the process's peak (benchmarks/results/predict_file_2threads.md measures the same up
+    to 1e7 nodes); the growth above what the process held before, tens of MB for these tiny
+    models, within a factor of 2.5 (measured: 0.50-0.96)."""
     _, path = big_mesh
     out = path.parent / f"estimate_{family.name}_{chunk}.vtu"
     argv = [sys.executable, "-c", MEASURE, str(family), str(path), str(out), str(chunk)]
