@@ -342,33 +342,32 @@ def _radius_among(pos_src, pos_dst, r2: float, batch_src, batch_dst, cap: int) -
     [2, E], by torch-cluster's radius search (at most ``cap`` per target) or, on the CPU where
     it costs less (:data:`DENSE_PER_SOURCE_LOG2`), by direct distances (all of them)."""
     num_src = len(pos_src)
-    pairs = sum(
-        (s.stop - s.start) * (t.stop - t.start) for s, t in sample_slices(batch_src, batch_dst)
-    )
+    slices = sample_slices(batch_src, batch_dst)
+    pairs = sum((s.stop - s.start) * (t.stop - t.start) for s, t in slices)
     dense = pos_src.device.type == "cpu" and num_src > 1
     if dense and pairs <= DENSE_PER_SOURCE_LOG2 * num_src * math.log2(num_src):
-        return _dense_radius(pos_src, pos_dst, r2, batch_src, batch_dst)
+        return _dense_radius(pos_src, pos_dst, r2, slices)
     return torch_cluster.radius(
         pos_src, pos_dst, math.sqrt(r2), batch_src, batch_dst, max_num_neighbors=cap
     )
 
 
-def _dense_radius(pos_src, pos_dst, r2: float, batch_src, batch_dst) -> torch.Tensor:
-    """Every source within squared distance ``r2`` of every target of its sample, by direct
-    distances in blocks of :data:`DENSE_BLOCK`, one coordinate at a time (no ``[T, N, dim]``
-    tensor); edges grouped by target, then sorted by source."""
+def _dense_radius(pos_src, pos_dst, r2: float, slices: list[tuple[slice, slice]]) -> torch.Tensor:
+    """Every source within squared distance ``r2`` of every target of its sample (``slices``:
+    :func:`sample_slices`), by direct distances in blocks of :data:`DENSE_BLOCK`, one
+    coordinate at a time (no ``[T, N, dim]`` tensor, no copy of the sources); edges grouped by
+    target, then sorted by source."""
     found = []
-    for sources, targets in sample_slices(batch_src, batch_dst):
+    for sources, targets in slices:
         n = sources.stop - sources.start
         if n == 0:
             continue
-        columns = pos_src[sources].T.contiguous()
         block = max(1, DENSE_BLOCK // n)
         for start in range(targets.start, targets.stop, block):
             stop = min(start + block, targets.stop)
-            d = (pos_dst[start:stop, :1] - columns[:1]).square_()
-            for axis in range(1, len(columns)):
-                d += (pos_dst[start:stop, axis : axis + 1] - columns[axis : axis + 1]).square_()
+            d = (pos_dst[start:stop, :1] - pos_src[sources, 0]).square_()
+            for axis in range(1, pos_src.shape[1]):
+                d += (pos_dst[start:stop, axis : axis + 1] - pos_src[sources, axis]).square_()
             edges = torch.nonzero(d <= r2).T
             edges[0] += start
             edges[1] += sources.start
@@ -380,7 +379,7 @@ def _dense_radius(pos_src, pos_dst, r2: float, batch_src, batch_dst) -> torch.Te
 
 def _radius_bins(pending: torch.Tensor, search2: torch.Tensor) -> list[torch.Tensor]:
     """The pending targets in groups of similar squared search radius: within :data:`BIN_RATIO`
-    of the group's smallest; a group with few targets joins the next (each group costs a tree)."""
+    of the group's smallest; a group with few targets joins the next (each group is a search)."""
     order = pending[torch.argsort(search2[pending])]
     ratio = torch.log(search2[order] / search2[order[0]]) / math.log(BIN_RATIO)
     sizes = torch.unique_consecutive(ratio.floor().to(torch.long), return_counts=True)[1].tolist()

@@ -193,8 +193,10 @@ class PiT(Operator):
         ``pointwise`` and query points (their nearest input node may be another process's)."""
         if walk.group is not None:
             self.check_split(data)
-        features = self.features(data)
-        if self.latent_lift is not None:  # the coordinates enter at the latent nodes
+        if self.latent_lift is None:
+            features = self.features(data)
+        else:  # the coordinates enter at the latent nodes
+            self.check(data)
             features = node_features(data, use_pos=False)
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)

@@ -124,25 +124,20 @@ def memory_estimate(
     Per node, :data:`FILE_BYTES_PER_NODE` for the file and the domain and :data:`STATE_TENSORS`
     ``[N, width]`` tensors for the model family's state; per node of a chunk,
     :data:`CHUNK_TENSORS` float32 tensors as wide as the model's widest linear layer (the whole
-    mesh is one chunk unchunked). A rough estimate: within a factor of 2 of the measured peak
-    for PiT (``tests/train/test_predict_memory.py``), up to several times the peak of models
-    narrower than the constants assume (``python -m benchmarks.speed.predict_file`` compares it
-    with every model's peak).
+    mesh is one chunk unchunked). A rough estimate, made before the mesh is read: within a
+    factor of 2 of the measured peak for PiT (``tests/train/test_predict_memory.py``), up to
+    several times the peak of models narrower than the constants assume; the estimate
+    ``meshop predict`` prints once the mesh is read is :func:`estimate_prediction`'s.
     """
     inner = model.model if isinstance(model, NormalizedModel) else model
     if chunk_nodes is None:
         chunk_nodes = default_chunk_nodes(num_nodes)
     chunk = min(chunk_nodes or num_nodes, num_nodes)
-    width = inner.config.get("width") or 0
-    tensors = next((k for cls, k in STATE_TENSORS.items() if isinstance(inner, cls)), 0)
-    config = from_dict(ckpt["train_config"])
-    if isinstance(inner, GalerkinTransformer) and (config.latent_points or config.latent_grid):
-        tensors = 0
     linear = [m.out_features for m in inner.modules() if isinstance(m, torch.nn.Linear)]
     widest = max(linear, default=1)
     return MemoryEstimate(
         file=FILE_BYTES_PER_NODE * num_nodes,
-        state=int(4 * tensors * width * num_nodes),
+        state=int(state_bytes_per_node(model, ckpt) * num_nodes),
         chunk=4 * CHUNK_TENSORS * widest * chunk,
         chunk_nodes=chunk_nodes or None,
     )
@@ -384,22 +379,26 @@ def _probe(model, ckpt, data: Data, nodes: int, chunk: int | None) -> _Probe:
     return _Probe(seconds, memory, counted[0], total_nodes(probe))
 
 
+def state_bytes_per_node(model: torch.nn.Module, ckpt: dict[str, Any]) -> float:
+    """Bytes per node of the ``[N, width]`` float32 tensors the model family keeps between its
+    layers (:data:`STATE_TENSORS`; none for the Galerkin Transformer on a latent mesh)."""
+    inner = model.model if isinstance(model, NormalizedModel) else model
+    tensors = next((k for cls, k in STATE_TENSORS.items() if isinstance(inner, cls)), 0)
+    config = from_dict(ckpt["train_config"])
+    if isinstance(inner, GalerkinTransformer) and (config.latent_points or config.latent_grid):
+        tensors = 0
+    return 4 * tensors * (inner.config.get("width") or 0)
+
+
 def pass_bytes_per_node(model: torch.nn.Module, ckpt: dict[str, Any], data: Data) -> int:
     """Bytes per node of the tensors a chunked pass holds for the whole mesh at once: the
     normalised inputs and the node features (inputs and coordinates), two index vectors, the
-    outputs (normalised and decoded), and the model family's ``[N, width]`` state
-    (:data:`STATE_TENSORS`)."""
+    outputs (normalised and decoded), and the model family's state
+    (:func:`state_bytes_per_node`)."""
     info = ckpt["data"]
-    inner = model.model if isinstance(model, NormalizedModel) else model
-    width = inner.config.get("width") or 0
-    state = next((k for cls, k in STATE_TENSORS.items() if isinstance(inner, cls)), 0)
-    config = from_dict(ckpt["train_config"])
-    if isinstance(inner, GalerkinTransformer) and (config.latent_points or config.latent_grid):
-        state = 0
     inputs = info["x_channels"] or 0
-    return int(
-        4 * (2 * inputs + data.pos.shape[1]) + 16 + 8 * info["out_channels"] + 4 * state * width
-    )
+    per_node = 4 * (2 * inputs + data.pos.shape[1]) + 16 + 8 * info["out_channels"]
+    return int(per_node + state_bytes_per_node(model, ckpt))
 
 
 #: bytes per value that writing a mesh format other than ``.vtu`` takes (float64 copies and
