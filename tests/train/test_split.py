@@ -120,6 +120,65 @@ def test_two_processes_on_parts_of_the_meshes_train_as_one_on_the_whole(tmp_path
         assert two["train_config"]["split_mesh"] and len(two["rng"]) == 2
 
 
+#: PiT's receptive fields under the split: k nearest in the encoder (searched among every
+#: process's coordinates) and quantiles (searched by radius over each process's own nodes)
+SEARCHING = {
+    "encoder-k": lambda: PiT(3, 1, 2, width=8, heads=2, layers=1, encoder_k=6, decoder_k=4),
+    "encoder-quantile": MODELS["pit"],
+}
+
+SEARCH_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    import torch
+    from meshop.train import Trainer, prepare_data
+    from tests.train.test_split import SEARCHING, config, samples
+
+    def recording(search, calls):
+        def neighbors(pos_src, pos_dst, *args, **kwargs):
+            calls.append((len(pos_src), len(pos_dst)))
+            return search(pos_src, pos_dst, *args, **kwargs)
+        return neighbors
+
+    data = prepare_data(samples(3), config=config(split_mesh=True, batch_size=3))
+    out = {}
+    for name, build in SEARCHING.items():
+        torch.manual_seed(0)
+        trainer = Trainer(build().double(), data)
+        pit, calls = trainer.model.model, {"encoder": [], "decoder": []}
+        for layer in calls:
+            getattr(pit, layer).neighbors = recording(getattr(pit, layer).neighbors, calls[layer])
+        batch = next(iter(trainer.loader))
+        trainer.step(batch)
+        out[name] = {"nodes": len(batch.pos), "latent": len(batch.latent_pos), **calls}
+    torch.save(out, Path(sys.argv[1]) / f"searched{torch.distributed.get_rank()}.pt")
+    """
+)
+
+
+def test_split_pit_searches_receptive_fields_for_its_own_targets_only(tmp_path):
+    script = tmp_path / "search.py"
+    script.write_text(SEARCH_SCRIPT)
+    result = torchrun(script, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    whole = sum(len(d.pos) for d in samples(3))
+    for rank in (0, 1):
+        searched = torch.load(tmp_path / f"searched{rank}.pt")
+        for name, seen in searched.items():
+            latent, nodes = seen["latent"], seen["nodes"]
+            assert nodes < whole and latent == 3 * LATENT_POINTS, (rank, name)
+            # the decoder: this process's own nodes, from the latent mesh every process holds
+            assert sum(dst for _, dst in seen["decoder"]) == nodes, (rank, name)
+            assert {src for src, _ in seen["decoder"]} == {latent}, (rank, name)
+        # k nearest: every second latent node's field among every process's nodes
+        encoder = searched["encoder-k"]["encoder"]
+        assert sum(dst for _, dst in encoder) == len(range(rank, latent, 2)), rank
+        assert {src for src, _ in encoder} == {whole}, rank
+        # quantiles: radius searches over its own nodes (tests/nn/test_split_mesh.py), no others
+        assert searched["encoder-quantile"]["encoder"] == [], rank
+
+
 def train_argv(mesh_folder, run, *extra):
     argv = ["train", "--dataset", "folder", "--data-dir", mesh_folder, "--model", "transolver"]
     argv += ["--dataset-arg", 'inputs=["a"]', "--dataset-arg", 'targets=["u"]', "--epochs", 2]
