@@ -146,10 +146,14 @@ def _worker(conn, prepare, params, device, threads, min_time, max_repeats, warm=
 PRELOAD = ["torch", "torch_geometric", "torch_cluster", "meshop", "meshop.nn", "meshop.models"]
 
 
-def _context():
+def _context(device: str = "cpu"):
     """Processes forked from a server that imported torch and meshop once; freed blocks of 64 kB
     and more go back to the system at once (``MALLOC_MMAP_THRESHOLD_``), so that a warm call's
-    peak is not hidden in memory the allocator kept from an earlier call."""
+    peak is not hidden in memory the allocator kept from an earlier call. CUDA cases get spawned
+    processes: a process forked after CUDA was initialised (the server asks torch whether a GPU
+    is there) cannot use the GPU."""
+    if device != "cpu":
+        return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     if not getattr(_context, "started", False):
         os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
@@ -177,7 +181,7 @@ def run_case(
 ) -> dict:
     """:func:`measure` of the step that ``prepare(device=device, **params)`` (a module-level
     function) builds, in a fresh process; ``error`` when it failed, died or ran out of time."""
-    ctx = _context()
+    ctx = _context(device)
     recv, send = ctx.Pipe(duplex=False)
     args = (send, prepare, params, device, threads, min_time, max_repeats, warm)
     proc = ctx.Process(target=_worker, args=args)

@@ -17,9 +17,11 @@ def source_order(local: Tensor) -> Tensor:
 
 
 def _sparse(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
-    """A CSR matrix from indices already in CSR order (torch's beta notice silenced)."""
+    """A CSR matrix from indices already in CSR order (torch's beta notice, and its notice that
+    the invariant checks are off, which they are on purpose, silenced)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
+        warnings.filterwarnings("ignore", message=".*[Ss]parse invariant checks are implicitly")
         return torch.sparse_csr_tensor(crow, col, values, size=size, check_invariants=False)
 
 
