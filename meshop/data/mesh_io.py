@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from meshop._pyg import Data
-from meshop.data.vtu import read_vtu
+from meshop.data.vtu import read_vtu, write_vtu
 from meshop.data.weights import (
     cell_dimension,
     cell_measures,
@@ -479,7 +479,11 @@ def write_mesh(
     """Write a domain and node fields to any format meshio writes, so that ParaView opens it.
 
     The file is written to a temporary name beside the target and renamed, so a failed write never
-    leaves a half-written file. XDMF is written with its data inline (one self-contained file).
+    leaves a half-written file. A ``.vtu`` file is written by :func:`meshop.data.vtu.write_vtu`
+    (uncompressed raw appended arrays streamed from the domain's: float32 coordinates and fields
+    stay float32, connectivity is int32), unless meshio keyword arguments are given, which go to
+    ``meshio.write`` (e.g. ``compression="zlib"`` for a smaller file). XDMF is written with its
+    data inline (one self-contained file).
 
     Args:
         path: output file; the extension picks the format unless ``file_format`` is given
@@ -487,7 +491,8 @@ def write_mesh(
         data: the domain (its ``pos`` and connectivity are written).
         fields: ``{"name": tensor [N] or [N, k]}`` point fields.
         overwrite: replace an existing file (refused by default).
-        **kwargs: passed to ``meshio.write`` (e.g. ``binary=False``).
+        **kwargs: passed to ``meshio.write`` (e.g. ``binary=False``), which then writes a
+            ``.vtu`` file too.
 
     Raises:
         FileExistsMeshopError: ``path`` exists and ``overwrite`` is False.
@@ -500,7 +505,14 @@ def write_mesh(
     if not path.parent.is_dir():
         raise MeshReadError(f"cannot write '{path}': directory '{path.parent}' does not exist")
     fmt = (file_format or path.suffix.lstrip(".")).lower()
-    mesh = to_meshio(data, fields, compact=fmt == "vtu")
+    mesh = None
+    if fmt == "vtu" and not kwargs:
+        point_data = {
+            name: values.detach().cpu().numpy() if torch.is_tensor(values) else values
+            for name, values in (fields or {}).items()
+        }
+    else:
+        mesh = to_meshio(data, fields, compact=fmt == "vtu")
     if fmt in {"msh", "gmsh", "gmsh22"}:
         _gmsh_entities(mesh)
         for name, values in list(mesh.point_data.items()):
@@ -523,7 +535,10 @@ def write_mesh(
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
-        meshio.write(tmp, mesh, file_format=file_format, **kwargs)
+        if mesh is None:
+            write_vtu(tmp, data.pos.detach().cpu().numpy(), mesh_cells(data), point_data)
+        else:
+            meshio.write(tmp, mesh, file_format=file_format, **kwargs)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -1,4 +1,4 @@
-"""A lean reader of VTK XML ``.vtu`` files: the common layout, at a fraction of meshio's memory.
+"""Lean VTK XML ``.vtu`` files: a reader and a writer at a fraction of meshio's memory.
 
 ``meshio.read`` parses the whole XML tree first (every DataArray's text held at once) and
 decompresses each array into a list of blocks that it then joins, so reading a 1e7-node mesh
@@ -8,12 +8,19 @@ dropped at once; base64 runs are decoded a window at a time and zlib blocks are 
 straight into the array that holds the result (connectivity straight into meshio's int64).
 
 It reads one ``Piece`` of an ``UnstructuredGrid`` stored little-endian with inline ``binary``
-(uncompressed or ``vtkZLibDataCompressor``) or ``ascii`` DataArrays, and cells of a fixed number
-of nodes. Anything else (appended data, other compressors, polygons, polyhedra, higher-order
-Lagrange/Bezier cells, several pieces, big-endian data, FieldData, irregular offsets) gives
-None, so that the caller falls back to ``meshio.read``. The mesh it returns equals
-``meshio.read``'s: same points, cell blocks (meshio's type names, node order and int64
+(uncompressed or ``vtkZLibDataCompressor``) or ``ascii`` DataArrays, or uncompressed DataArrays
+in an ``AppendedData`` section of ``raw`` encoding (what :func:`write_vtu` writes: each array is
+read straight from the file into its numpy array), and cells of a fixed number of nodes.
+Anything else (base64 or compressed appended data, other compressors, polygons, polyhedra,
+higher-order Lagrange/Bezier cells, several pieces, big-endian data, FieldData, irregular
+offsets) gives None, so that the caller falls back to ``meshio.read``. The mesh it returns
+equals ``meshio.read``'s: same points, cell blocks (meshio's type names, node order and int64
 connectivity), point data and cell data split per block.
+
+``meshio.write`` zlib-compresses and base64-encodes every array, with several full copies of
+each. :func:`write_vtu` writes every array uncompressed into one raw ``AppendedData`` section,
+straight from numpy to the file; an array that must be cast, padded to three components or
+reordered is converted a block of rows at a time.
 """
 
 from __future__ import annotations
@@ -22,12 +29,22 @@ import binascii
 import os
 import re
 import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import NamedTuple
 from xml.etree import ElementTree
+from xml.sax.saxutils import quoteattr
 
 import meshio
 import numpy as np
 from meshio._common import num_nodes_per_cell
-from meshio._vtk_common import vtk_to_meshio_order, vtk_to_meshio_type
+from meshio._vtk_common import (
+    meshio_to_vtk_order,
+    meshio_to_vtk_type,
+    vtk_to_meshio_order,
+    vtk_to_meshio_type,
+)
+
+from meshop.errors import FieldError
 
 _TYPES = {
     "Int8": np.int8,
@@ -52,6 +69,12 @@ _SECTIONS = ("Points", "Cells", "PointData", "CellData")
 #: bytes decoded at a time from an uncompressed base64 run (a multiple of 3 and of 8)
 _WINDOW = 3 << 20
 _NON_SPACE = re.compile(r"\S")
+#: bytes of XML given to the parser at a time
+_FEED = 1 << 16
+_APPENDED = b"<AppendedData"
+#: the AppendedData start tag and the underscore after which its data begin
+_APPENDED_START = re.compile(rb"<AppendedData\b([^>]*)>\s*_")
+_ENCODING = re.compile(rb"""\bencoding\s*=\s*["']([^"']*)["']""")
 
 
 class _Unsupported(Exception):
@@ -101,6 +124,25 @@ class _Sink:
         self.array[pos // size : (pos + len(chunk)) // size] = np.frombuffer(chunk, self.stored)
 
 
+class _Appended(NamedTuple):
+    """A DataArray stored in the AppendedData section, ``offset`` bytes after its start."""
+
+    offset: int
+    stored: np.dtype
+    dtype: np.dtype
+    components: str | None
+
+
+def _shaped(values: np.ndarray, components: str | None) -> np.ndarray:
+    """``values`` shaped [n, c] when the DataArray names its NumberOfComponents c."""
+    if components is None:
+        return values
+    count = int(components)
+    if count < 1 or values.size % count:
+        raise _Unsupported("data size not a multiple of NumberOfComponents")
+    return values.reshape(-1, count)
+
+
 class _Reader:
     def __init__(self, header_type: str, compressor: str | None):
         if header_type not in _HEADER_TYPES:
@@ -110,13 +152,22 @@ class _Reader:
         self.header = _HEADER_TYPES[header_type]
         self.compressed = compressor is not None
 
-    def data_array(self, elem: ElementTree.Element, target=None) -> np.ndarray:
+    def data_array(self, elem: ElementTree.Element, target=None) -> np.ndarray | _Appended:
         """The values of a DataArray, as ``target`` (default: the stored type), shaped [n, c]
-        when it names its NumberOfComponents."""
+        when it names its NumberOfComponents; where they lie in the AppendedData section for
+        an appended one."""
         stored = _little(elem.get("type", ""))
         dtype = stored if target is None else np.dtype(target)
+        components = elem.get("NumberOfComponents") or None  # Firedrake writes ""
         fmt = elem.get("format", "ascii")
         text = elem.text
+        if fmt == "appended":
+            if self.compressed:
+                raise _Unsupported("compressed appended data")
+            offset = elem.get("offset", "")
+            if not offset.isdigit():
+                raise _Unsupported("appended DataArray without an offset")
+            return _Appended(int(offset), stored, dtype, components)
         if fmt == "ascii":
             values = np.fromstring(text or "", dtype=stored, sep=" ")
             values = values.astype(dtype, copy=False)
@@ -129,13 +180,33 @@ class _Reader:
             values = read(text, start, stored, dtype)
         else:
             raise _Unsupported(f"DataArray format {fmt!r}")
-        components = elem.get("NumberOfComponents") or None  # Firedrake writes ""
-        if components is not None:
-            components = int(components)
-            if components < 1 or values.size % components:
-                raise _Unsupported("data size not a multiple of NumberOfComponents")
-            values = values.reshape(-1, components)
-        return values
+        return _shaped(values, components)
+
+    def appended(self, file, start: int, array: _Appended) -> np.ndarray:
+        """The values of an appended DataArray, read from the raw AppendedData section of
+        ``file`` that begins at byte ``start``."""
+        size = self.header.itemsize
+        file.seek(start + array.offset)
+        head = file.read(size)
+        if len(head) != size:
+            raise ValueError("appended data ends early")
+        total = int(np.frombuffer(head, self.header)[0])
+        if total % array.stored.itemsize:
+            raise _Unsupported("data size not a multiple of the item size")
+        sink = _Sink(total // array.stored.itemsize, array.stored, array.dtype)
+        if sink.raw is not None:
+            complete = file.readinto(memoryview(sink.raw)) == total
+        else:
+            complete = True
+            for lo in range(0, total, _WINDOW):
+                chunk = file.read(min(_WINDOW, total - lo))
+                complete = len(chunk) == min(_WINDOW, total - lo)
+                if not complete:
+                    break
+                sink.write(lo, chunk)
+        if not complete:
+            raise ValueError("appended data ends early")
+        return _shaped(sink.array, array.components)
 
     def _uncompressed(self, text: str, start: int, stored: np.dtype, dtype: np.dtype):
         size = self.header.itemsize
@@ -227,14 +298,51 @@ def _cell_blocks(cells: dict, num_cells: int, cell_data_raw: dict):
     return blocks, cell_data
 
 
+class _Events:
+    """The XML events of a ``.vtu`` file up to its AppendedData section, whose raw bytes are no
+    XML; ``appended`` is then that section's encoding and the byte where its data begin."""
+
+    def __init__(self, file):
+        self.file = file
+        self.appended: tuple[str, int] | None = None
+
+    def __iter__(self) -> Iterator[tuple[str, ElementTree.Element]]:
+        parser = ElementTree.XMLPullParser(events=("start", "end"))
+        tail, pos = b"", 0
+        while chunk := self.file.read(_FEED):
+            window = tail + chunk
+            at = window.find(_APPENDED)
+            if at >= 0:
+                at += pos - len(tail)
+                parser.feed(chunk[: max(at - pos, 0)])
+                yield from parser.read_events()
+                self._locate(at)
+                return
+            parser.feed(chunk)
+            yield from parser.read_events()
+            pos += len(chunk)
+            tail = window[1 - len(_APPENDED) :]
+        parser.close()
+        yield from parser.read_events()
+
+    def _locate(self, at: int) -> None:
+        self.file.seek(at)
+        match = _APPENDED_START.match(self.file.read(1 << 12))
+        if match is None:
+            raise _Unsupported("AppendedData without the underscore that starts its data")
+        encoding = _ENCODING.search(match.group(1))
+        self.appended = ("" if encoding is None else encoding.group(1).decode(), at + match.end())
+
+
 def _read(path: str | os.PathLike) -> meshio.Mesh:
     reader = None
     stack: list[str] = []
-    pending: list[tuple[str, np.ndarray]] = []
-    sections: dict[str, dict[str, np.ndarray]] = {}
+    pending: list[tuple[str, np.ndarray | _Appended]] = []
+    sections: dict[str, dict[str, np.ndarray | _Appended]] = {}
     piece: dict[str, str] | None = None
     with open(path, "rb") as file:
-        for event, elem in ElementTree.iterparse(file, events=("start", "end")):
+        events = _Events(file)
+        for event, elem in events:
             tag = elem.tag
             if event == "start":
                 if not stack:
@@ -271,8 +379,14 @@ def _read(path: str | os.PathLike) -> meshio.Mesh:
                 or (tag == "UnstructuredGrid" and parent == "VTKFile")
                 or (tag == "VTKFile" and parent is None)
             ):
-                raise _Unsupported(f"element {tag} in {parent}")  # FieldData, AppendedData, ...
+                raise _Unsupported(f"element {tag} in {parent}")  # FieldData, ...
             elem.clear()
+        for section in sections.values():
+            for name, values in section.items():
+                if isinstance(values, _Appended):
+                    if events.appended is None or events.appended[0] != "raw":
+                        raise _Unsupported("appended data without a raw AppendedData section")
+                    section[name] = reader.appended(file, events.appended[1], values)
     if piece is None or "Points" not in sections or "Cells" not in sections:
         raise _Unsupported("no Piece with Points and Cells")
     num_points, num_cells = int(piece["NumberOfPoints"]), int(piece["NumberOfCells"])
@@ -295,3 +409,196 @@ def read_vtu(path: str | os.PathLike) -> meshio.Mesh | None:
         return _read(path)
     except _Unsupported:
         return None
+
+
+#: bytes converted at a time when an array is cast, padded or reordered before it is written
+_BLOCK = 1 << 20
+_VTK_NAMES = {np.dtype(t).newbyteorder("<"): name for name, t in _TYPES.items()}
+#: meshio's cell types that a ``.vtu`` file stores as [M, nodes] blocks (a polyhedron needs faces)
+_WRITABLE_CELLS = set(meshio_to_vtk_type) - {"polyhedron"}
+
+
+def _stored(dtype: np.dtype) -> np.dtype:
+    """The little-endian VTK type that holds values of ``dtype`` (bool as UInt8, half as
+    Float32)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return np.dtype("<u1")
+    if dtype == np.float16:
+        return np.dtype("<f4")
+    stored = dtype.newbyteorder("<")
+    if stored not in _VTK_NAMES:
+        raise TypeError(f"write_vtu stores integers and floats, not {dtype}")
+    return stored
+
+
+def _rows(
+    values: np.ndarray, dtype: np.dtype, width: int, order: Sequence[int] | None = None
+) -> Iterator[np.ndarray]:
+    """``values`` [n, k] as C-contiguous blocks of rows of ``dtype`` and ``width`` >= k columns
+    (zeros after the k columns of ``values``, taken in ``order`` if given); the whole array at
+    once where it already is so."""
+    k = values.shape[1]
+    if order is None and k == width and values.dtype == dtype and values.flags.c_contiguous:
+        yield values
+        return
+    rows = max(1, _BLOCK // (width * dtype.itemsize))
+    buffer = np.zeros((min(rows, len(values)), width), dtype=dtype)
+    for lo in range(0, len(values), rows):
+        part = values[lo : lo + rows]
+        out = buffer[: len(part)]
+        if order is None:
+            out[:, :k] = part
+        else:
+            for column, source in enumerate(order):
+                out[:, column] = part[:, source]
+        yield out
+
+
+def _ranges(start: int, stop: int, step: int, dtype: np.dtype) -> Iterator[np.ndarray]:
+    """``start + step * (0, 1, ...)`` below ``stop``, in blocks."""
+    rows = _BLOCK // dtype.itemsize
+    for lo in range(start, stop, rows * step):
+        yield np.arange(lo, min(lo + rows * step, stop), step, dtype=dtype)
+
+
+class _Array(NamedTuple):
+    """A DataArray to write: its section, name, stored type, components (None: a plain list),
+    size in bytes and the blocks that make its data."""
+
+    section: str
+    name: str
+    dtype: np.dtype
+    components: int | None
+    nbytes: int
+    blocks: Iterator[np.ndarray]
+
+
+def _cell_arrays(cells: list[tuple[str, np.ndarray | None]], n: int) -> list[_Array]:
+    """Connectivity, offsets and types of cell blocks (``None``: one vertex per node)."""
+    sizes = [(n, 1) if conn is None else conn.shape for _, conn in cells]
+    corners = sum(count * nodes for count, nodes in sizes)
+    num_cells = sum(count for count, _ in sizes)
+    index = np.dtype("<i4") if n < 2**31 else np.dtype("<i8")
+    offset = np.dtype("<i4") if corners < 2**31 else np.dtype("<i8")
+
+    def connectivity():
+        for kind, conn in cells:
+            if conn is None:
+                yield from _ranges(0, n, 1, index)
+            else:
+                yield from _rows(conn, index, conn.shape[1], meshio_to_vtk_order(kind))
+
+    def offsets():
+        end = 0
+        for count, nodes in sizes:
+            yield from _ranges(end + nodes, end + nodes * count + 1, nodes, offset)
+            end += nodes * count
+
+    def types():
+        for (kind, _), (count, _) in zip(cells, sizes, strict=True):
+            for lo in range(0, count, _BLOCK):
+                yield np.full(min(_BLOCK, count - lo), meshio_to_vtk_type[kind], dtype=np.uint8)
+
+    return [
+        _Array("Cells", "connectivity", index, None, corners * index.itemsize, connectivity()),
+        _Array("Cells", "offsets", offset, None, num_cells * offset.itemsize, offsets()),
+        _Array("Cells", "types", np.dtype(np.uint8), None, num_cells, types()),
+    ]
+
+
+def write_vtu(
+    path: str | os.PathLike,
+    points: np.ndarray,
+    cells: Sequence[tuple[str, np.ndarray]] = (),
+    point_data: Mapping[str, np.ndarray] | None = None,
+) -> None:
+    """Write a mesh as a VTK XML ``UnstructuredGrid`` file (version 1.0, little-endian, UInt64
+    headers) with every array uncompressed in one raw ``AppendedData`` section, streamed from
+    numpy to the file: no base64, no compression, no joined copy of the arrays. ``meshio.read``
+    and :func:`read_vtu` read it back.
+
+    Args:
+        path: the file to write (replaced if it exists).
+        points: [N, dim] node coordinates, dim <= 3; written as 3 components (zeros after dim),
+            in float32 if they are float32, else in float64.
+        cells: meshio cell blocks ``[(type, [M, nodes per cell] node indices), ...]`` of any
+            type in meshio's VTK table but polyhedra, in meshio's node order (VTK's, but for
+            the wedge, whose nodes are reordered to VTK's as ``meshio.write`` does). The
+            connectivity is int32 below 2^31 nodes, else int64. No blocks: one vertex cell per
+            node.
+        point_data: ``{name: [N] or [N, k] values}`` (integers or floats; [N, ...] is flattened
+            to [N, k]), each kept in its own type; a [N] field is written as a plain list, a
+            [N, k] one with k components, a 2D mesh's [N, 2] vectors padded to 3 as ParaView
+            expects.
+
+    Raises:
+        FieldError: a field has not one row per node.
+        ValueError: a cell type that VTK does not know or cells that are not [M, nodes].
+        TypeError: a field of a type other than integers or floats.
+    """
+    points = np.asarray(points)
+    if points.ndim != 2 or not 1 <= points.shape[1] <= 3:
+        raise ValueError(f"points of shape {points.shape}; expected [N, dim] with dim <= 3")
+    n, dim = points.shape
+    real = np.dtype("<f4") if points.dtype == np.float32 else np.dtype("<f8")
+    blocks: list[tuple[str, np.ndarray | None]] = []
+    for kind, conn in cells:
+        conn = np.asarray(conn)
+        if kind not in _WRITABLE_CELLS or conn.ndim != 2:
+            raise ValueError(
+                f"cannot write {kind} cells of shape {conn.shape} to a .vtu file: write_vtu "
+                f"takes [M, nodes per cell] blocks of the types {sorted(_WRITABLE_CELLS)}"
+            )
+        blocks.append((kind, conn))
+    num_cells = sum(len(conn) for _, conn in blocks) if blocks else n
+    arrays = [_Array("Points", "Points", real, 3, 3 * n * real.itemsize, _rows(points, real, 3))]
+    arrays += _cell_arrays(blocks or [("vertex", None)], n)
+    for name, values in (point_data or {}).items():
+        values = np.asarray(values)
+        if values.shape[:1] != (n,):
+            raise FieldError(
+                f"field '{name}' has shape {tuple(values.shape)}, expected one row per node ({n})"
+            )
+        dtype = _stored(values.dtype)
+        columns = values.reshape(n, -1)
+        width = 3 if dim == 2 and columns.shape[1] == 2 else columns.shape[1]
+        components = None if values.ndim == 1 else width
+        nbytes = n * width * dtype.itemsize
+        arrays.append(
+            _Array("PointData", name, dtype, components, nbytes, _rows(columns, dtype, width))
+        )
+    with open(path, "wb") as file:
+        file.write(_header(n, num_cells, arrays).encode())
+        for array in arrays:
+            file.write(np.array(array.nbytes, dtype="<u8").tobytes())
+            for block in array.blocks:
+                file.write(memoryview(block).cast("B"))
+        file.write(b"\n  </AppendedData>\n</VTKFile>\n")
+
+
+def _header(n: int, num_cells: int, arrays: list[_Array]) -> str:
+    """The XML of a ``.vtu`` file up to the underscore after which its appended data begin."""
+    lines = [
+        '<?xml version="1.0"?>',
+        '<VTKFile type="UnstructuredGrid" version="1.0" byte_order="LittleEndian" '
+        'header_type="UInt64">',
+        "  <UnstructuredGrid>",
+        f'    <Piece NumberOfPoints="{n}" NumberOfCells="{num_cells}">',
+    ]
+    offset = 0
+    for section in ("Points", "Cells", "PointData"):
+        lines.append(f"      <{section}>")
+        for array in arrays:
+            if array.section != section:
+                continue
+            components = array.components
+            lines.append(
+                f'        <DataArray type="{_VTK_NAMES[array.dtype]}" Name={quoteattr(array.name)}'
+                + ("" if components is None else f' NumberOfComponents="{components}"')
+                + f' format="appended" offset="{offset}"/>'
+            )
+            offset += 8 + array.nbytes  # its UInt64 byte count, then its data
+        lines.append(f"      </{section}>")
+    lines += ["    </Piece>", "  </UnstructuredGrid>", '  <AppendedData encoding="raw">', "   _"]
+    return "\n".join(lines)

@@ -69,25 +69,33 @@ def test_higher_order_cells_are_measured_by_their_corners_and_shared_by_all_node
     assert weights == pytest.approx(np.full(n, measure / n))
 
 
-def test_a_failed_write_leaves_nothing_half_written(tmp_path, monkeypatch):
+#: the writer that ``write_mesh`` calls for a .vtu file with and without meshio's arguments
+WRITERS = [
+    pytest.param("meshop.data.mesh_io.write_vtu", {}, id="write_vtu"),
+    pytest.param("meshio.write", {"compression": None}, id="meshio"),
+]
+
+
+@pytest.mark.parametrize(("writer", "kwargs"), WRITERS)
+def test_a_failed_write_leaves_nothing_half_written(tmp_path, monkeypatch, writer, kwargs):
     data = from_points(np.random.default_rng(0).random((5, 2)))
     target = tmp_path / "out.vtu"
 
-    def failing_write(path, mesh, **kwargs):
+    def failing_write(path, *args, **kwargs):
         with open(path, "w") as f:
             f.write("<VTKFile half")
         raise OSError("disk full")
 
-    monkeypatch.setattr(meshio, "write", failing_write)
+    monkeypatch.setattr(writer, failing_write)
     with pytest.raises(OSError, match="disk full"):
-        write_mesh(target, data, {"u": np.ones(5)})
+        write_mesh(target, data, {"u": np.ones(5)}, **kwargs)
     assert list(tmp_path.iterdir()) == []
 
     monkeypatch.undo()
-    write_mesh(target, data, {"u": np.ones(5)})
+    write_mesh(target, data, {"u": np.ones(5)}, **kwargs)
     before = target.read_bytes()
-    monkeypatch.setattr(meshio, "write", failing_write)
+    monkeypatch.setattr(writer, failing_write)
     with pytest.raises(OSError, match="disk full"):
-        write_mesh(target, data, {"u": np.zeros(5)}, overwrite=True)
+        write_mesh(target, data, {"u": np.zeros(5)}, overwrite=True, **kwargs)
     assert [p.name for p in tmp_path.iterdir()] == ["out.vtu"]
     assert target.read_bytes() == before

@@ -125,7 +125,7 @@ def test_vtu_files_keep_float32_values_and_int32_connectivity_and_read_back_the_
     path = write_mesh(tmp_path / "out.vtu", data, {"u": u, "a": data.x})
     written = meshio.read(path)
     assert written.points.dtype == np.float32 and written.points.shape == (6, 3)
-    assert 'type="Int32" Name="connectivity"' in path.read_text()  # meshio reads it as int64
+    assert b'type="Int32" Name="connectivity"' in path.read_bytes()  # meshio reads it as int64
     assert written.point_data["u"].dtype == np.float32 and written.point_data["u"].shape == (6, 3)
     np.testing.assert_array_equal(written.point_data["u"][:, :2], u.numpy())
     again = read_mesh(path, "a")
@@ -288,17 +288,27 @@ def test_xdmf_is_written_with_its_data_inline(tmp_path, suffix):
     np.testing.assert_array_equal(meshio.read(path).point_data["u"], [0.0, 1.0, 2.0])
 
 
-def test_a_mesh_is_written_to_a_hidden_temporary_file_beside_the_target(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("writer", "kwargs"),
+    [
+        pytest.param("meshop.data.mesh_io.write_vtu", {}, id="write_vtu"),
+        pytest.param("meshio.write", {"compression": None}, id="meshio"),
+    ],
+)
+def test_a_mesh_is_written_to_a_hidden_temporary_file_beside_the_target(
+    tmp_path, monkeypatch, writer, kwargs
+):
     """Renamed within one folder (one filesystem: the rename is atomic), hidden meanwhile."""
     written = []
-    write = meshio.write
+    module, name = writer.rsplit(".", 1)
+    write = getattr(sys.modules[module], name)
 
     def spy(filename, *args, **kwargs):
         written.append(filename)
         return write(filename, *args, **kwargs)
 
-    monkeypatch.setattr(meshio, "write", spy)
-    path = write_mesh(tmp_path / "plate.vtu", from_points(torch.rand(3, 2)))
+    monkeypatch.setattr(writer, spy)
+    path = write_mesh(tmp_path / "plate.vtu", from_points(torch.rand(3, 2)), **kwargs)
     (tmp,) = map(Path, written)
     assert tmp.parent == tmp_path and tmp.name.startswith(".plate.") and tmp.suffix == ".vtu"
     assert not tmp.exists() and path.exists()
