@@ -299,7 +299,7 @@ def from_meshio(
         data.y = torch.as_tensor(y, dtype=torch.float32)
     for cell_type, conn in cells:
         key = "face" if cell_type == "triangle" else CELL_PREFIX + cell_type
-        block = torch.as_tensor(conn.T.copy(), dtype=torch.long)
+        block = torch.from_numpy(conn).t().contiguous()  # torch's copy: on every thread
         data[key] = torch.cat([data[key], block], dim=1) if key in data else block
     if params is not None:
         data.params = torch.as_tensor(np.asarray(params), dtype=torch.float32).reshape(1, -1)

@@ -75,7 +75,18 @@ def _simplex_measure(points: np.ndarray, simplices: np.ndarray, signed: bool = F
     ``signed`` (k = the space's dimension), oriented: negative for simplices turned inside out."""
     p0 = points[simplices[:, 0]]
     edges = points[simplices[:, 1:]] - p0[:, None, :]  # [M, k, space_dim]
-    k = edges.shape[1]
+    k, space = edges.shape[1:]
+    # closed forms of the determinants below for the usual cells (a third of their time)
+    if k == 1:
+        return np.sqrt(np.einsum("md,md->m", edges[:, 0], edges[:, 0]))
+    if k == 2 and space == 2:
+        area = 0.5 * (edges[:, 0, 0] * edges[:, 1, 1] - edges[:, 0, 1] * edges[:, 1, 0])
+        return area if signed else np.abs(area)
+    if k == 2 and space == 3:
+        return 0.5 * np.linalg.norm(np.cross(edges[:, 0], edges[:, 1]), axis=1)
+    if k == 3 and space == 3:
+        volume = np.einsum("md,md->m", edges[:, 0], np.cross(edges[:, 1], edges[:, 2])) / 6.0
+        return volume if signed else np.abs(volume)
     if signed:
         return np.linalg.det(edges) / float(np.prod(np.arange(1, k + 1)))
     gram = np.einsum("mid,mjd->mij", edges, edges)

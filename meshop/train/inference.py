@@ -267,7 +267,9 @@ def check_quadratic(model: torch.nn.Module, data: Data) -> None:
 #: the subset :func:`estimate_prediction` runs the model on: this fraction of the nodes, between
 #: these bounds (the whole mesh below the lower one)
 PROBE_FRACTION = 1 / 32
-PROBE_NODES = (16_384, 262_144)
+PROBE_NODES = (32_768, 262_144)
+#: the second, smaller subset of :func:`estimate_prediction` holds this fraction of the first
+SMALL_PROBE = 8
 
 
 def probe_subset(data: Data, nodes: int, seed: int = 0) -> Data:
@@ -348,9 +350,9 @@ def _reset_peak() -> bool:
     return True
 
 
-#: seconds of writing a predicted mesh per node (benchmarks/results/predict_file_2threads.md:
-#: 24 s for ten million nodes, a float32/int32 zlib-compressed .vtu)
-WRITE_SECONDS_PER_NODE = 2.4e-6
+#: seconds of writing a predicted mesh per node (meshop's raw .vtu writer: 0.5-0.8 s for ten
+#: million nodes, 0.05-0.14 s for a million, on a loaded machine)
+WRITE_SECONDS_PER_NODE = 1e-7
 
 
 class _Probe(NamedTuple):
@@ -401,6 +403,10 @@ def pass_bytes_per_node(model: torch.nn.Module, ckpt: dict[str, Any], data: Data
     return int(per_node + state_bytes_per_node(model, ckpt))
 
 
+#: the memory :func:`meshop.data.vtu.write_vtu` takes above the arrays it writes (its 1 MiB
+#: blocks and the buffers around them: measured 3 to 4 MiB at 4e4 to 1e7 nodes)
+VTU_WRITE_BYTES = 3 * 2**20
+
 #: bytes per value that writing a mesh format other than ``.vtu`` takes (float64 copies and
 #: the values as text: meshop writes XDMF with its data inline as XML, gmsh as ASCII; measured
 #: 63 for XDMF at 40,000 nodes)
@@ -409,10 +415,10 @@ TEXT_BYTES_PER_VALUE = 64
 
 def write_bytes(data: Data, channels: int, path: str | os.PathLike) -> int:
     """The memory that writing ``channels`` values at every node of ``data`` (its input fields
-    included) to ``path`` takes above the domain. A ``.vtu`` file: the coordinates and fields in
-    float32, the cells' int32 copies (cast, flattened, joined; their offsets and types), and
-    the largest array about 2.5 times over while it is compressed and encoded. A CSV file: its
-    float64 table and text. Other formats: :data:`TEXT_BYTES_PER_VALUE` per value written."""
+    included) to ``path`` takes above the domain. A ``.vtu`` file: the blocks that
+    :func:`meshop.data.vtu.write_vtu` casts and writes one at a time, whatever the mesh (it writes
+    the arrays themselves from where they are). A CSV file: its float64 table and text. Other
+    formats: :data:`TEXT_BYTES_PER_VALUE` per value written."""
     query = getattr(data, "query_pos", None)
     n = len(data.pos) if query is None else len(query)
     suffix = Path(path).suffix.lower()
@@ -421,11 +427,9 @@ def write_bytes(data: Data, channels: int, path: str | os.PathLike) -> int:
     written = channels + (data.x.shape[1] if getattr(data, "x", None) is not None else 0)
     blocks = mesh_cells(data) if query is None else []
     corners = sum(conn.size for _, conn in blocks) or n
-    cells = sum(len(conn) for _, conn in blocks) or n
     if suffix != ".vtu":
         return TEXT_BYTES_PER_VALUE * (3 * n + corners + written * n)
-    arrays = [12 * n, 4 * corners, 4 * written * n]
-    return sum(arrays) + 8 * corners + 5 * cells + int(2.5 * max(arrays))
+    return VTU_WRITE_BYTES
 
 
 def estimate_prediction(
@@ -458,8 +462,16 @@ def estimate_prediction(
     size = min(len(data.pos), max(lo, min(hi, max(size, 2 * (chunk_nodes or 0)))))
     now, peak = _resident() or (0, 0)  # before the subsets: the mesh as read, its peak
     _probe(model, ckpt, data, max(size // 4, 1), chunk_nodes)  # the warm-up
+    small = _probe(model, ckpt, data, max(size // SMALL_PROBE, 1), chunk_nodes)
     whole = _probe(model, ckpt, data, size, chunk_nodes)
     scale = nodes / max(whole.nodes, 1)
+    # what a pass costs whatever its size (the latent processor, a chunk's set-up) is not scaled
+    # with the nodes: the line through the two subsets' times, kept within half and all of the
+    # larger subset's time scaled (a noisy small subset cannot make the estimate absurd)
+    per_node = (whole.seconds - small.seconds) / max(whole.nodes - small.nodes, 1)
+    scaled = whole.seconds * scale
+    fitted = whole.seconds + per_node * max(nodes - whole.nodes, 0)
+    seconds = min(max(fitted, 0.5 * scaled), scaled)
     if whole.memory >= 0:
         if chunk_nodes:  # one chunk's intermediates, and the tensors of the whole mesh
             per_node = pass_bytes_per_node(model, ckpt, data)
@@ -471,7 +483,7 @@ def estimate_prediction(
     else:
         memory = now + memory_estimate(model, ckpt, nodes, chunk_nodes or 0).total
     return PredictionEstimate(
-        seconds=whole.seconds * scale,
+        seconds=seconds,
         write_seconds=WRITE_SECONDS_PER_NODE * nodes,
         memory=memory,
         reported=int(whole.reported * scale),

@@ -5,7 +5,7 @@ from scipy.spatial import ConvexHull, Delaunay
 
 from meshop.data import lumped_mass_weights
 from meshop.data import weights as weights_module
-from meshop.data.weights import default_weight
+from meshop.data.weights import _simplex_measure, cell_measures, default_weight
 from meshop.errors import MeshError
 from tests.helpers import square_with_hole
 
@@ -86,3 +86,24 @@ def test_default_weight_is_one_over_n_in_every_sample():
     batch = torch.tensor([0, 0, 1, 1, 1, 1, 2])
     expected = torch.tensor([0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 1.0], dtype=like.dtype)
     torch.testing.assert_close(default_weight(7, batch, like), expected)
+
+
+@pytest.mark.parametrize(
+    "cell_type, space", [("line", 2), ("line", 3), ("triangle", 2), ("triangle", 3), ("tetra", 3)]
+)
+def test_closed_form_measures_equal_the_gram_determinant(cell_type, space):
+    """Segments, triangles and tetrahedra are measured by closed forms (cross and triple
+    products): the same numbers as sqrt(det(E E^T)) / k! of their edge vectors E, and signed
+    volumes as det(E) / k! when the cells fill the space."""
+    rng = np.random.default_rng(0)
+    k = {"line": 1, "triangle": 2, "tetra": 3}[cell_type]
+    points = rng.random((40, space))
+    simplices = np.array([rng.choice(40, k + 1, replace=False) for _ in range(50)])
+    edges = points[simplices[:, 1:]] - points[simplices[:, :1]]
+    factorial = float(np.prod(np.arange(1, k + 1)))
+    gram = np.sqrt(np.linalg.det(edges @ edges.transpose(0, 2, 1))) / factorial
+    np.testing.assert_allclose(cell_measures(points, cell_type, simplices), gram, rtol=1e-10)
+    if k == space:
+        signed = _simplex_measure(points, simplices, signed=True)
+        np.testing.assert_allclose(signed, np.linalg.det(edges) / factorial, rtol=1e-10)
+        assert (signed < 0).any() and (signed > 0).any()

@@ -73,7 +73,7 @@ def test_the_estimate_counts_the_nodes_the_progress_bar_will_count(big_mesh):
     for chunk in (4096, 10_000):
         estimate = estimate_prediction(model, ckpt, data, chunk)
         # the probe's lower bound (40,000 / 32 is less), or two chunks
-        assert estimate.probe_nodes == max(16_384, 2 * chunk)
+        assert estimate.probe_nodes == max(inference.PROBE_NODES[0], 2 * chunk)
         done = []
         with reporting_chunks(done.append):
             predict_in_chunks(model, inference.latent_of(ckpt)(data), chunk)
@@ -138,11 +138,16 @@ print(write_bytes(data, 1, sys.argv[2]), status("VmHWM") - before)
 
 @pytest.mark.parametrize("suffix", [".vtu", ".xdmf"])
 def test_the_memory_of_writing_is_estimated_within_1_5x(big_mesh, suffix):
+    """XDMF (text) within 1.5x; the .vtu writer's few MiB of blocks, whatever the mesh, within
+    2 MiB (measured 1.9 to 4 MiB between 4e4 and 1e7 nodes)."""
     _, path = big_mesh
     out = path.parent / f"written{suffix}"
     said = subprocess.check_output([sys.executable, "-c", WRITE, str(path), str(out)], text=True)
     estimate, measured = map(float, said.split())
-    assert 1 / 1.5 <= estimate / measured <= 1.5, (estimate, measured)
+    if suffix == ".vtu":
+        assert abs(estimate - measured) <= 2 * 2**20, (estimate, measured)
+    else:
+        assert 1 / 1.5 <= estimate / measured <= 1.5, (estimate, measured)
 
 
 def test_meshop_predict_says_what_it_will_take_before_and_what_it_took_after(
@@ -159,6 +164,50 @@ def test_meshop_predict_says_what_it_will_take_before_and_what_it_took_after(
     assert main([*argv, "--chunk-nodes", "8192", "--no-progress"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("predicting on 40,000 nodes: about ")
-    assert "a peak memory of " in lines[0] and "16,384-node subset" in lines[0]
+    assert "a peak memory of " in lines[0] and "32,768-node subset" in lines[0]
     assert lines[1].startswith("predicted in ") and ", wrote in " in lines[1]
     assert lines[2].startswith(f"wrote {out}") and probed == [1]
+
+
+@pytest.mark.parametrize(
+    "fixed, per_node, expected",
+    [
+        (2.0, 1e-4, 2.0 + 1e-4 * 1e6),  # a fixed cost (a latent processor) is not scaled
+        (0.0, 1e-4, 1e-4 * 1e6),  # proportional: the two subsets agree
+        (-1.0, 1e-4, 1e-4 * 32768 * 1e6 / 32768 - 1e6 / 32768),  # above proportional: capped
+    ],
+)
+def test_the_time_is_the_line_through_two_subsets(big_mesh, monkeypatch, fixed, per_node, expected):
+    """t(n) = fixed + per_node n measured at P/8 and P nodes (after a warm-up at P/4) gives
+    t(N); kept within half and all of the larger subset's time scaled by N / P."""
+    run, path = big_mesh
+    model, ckpt = load_model(run)
+    data, _ = read_inputs(ckpt, path)
+    sizes = []
+
+    def probe(model, ckpt, data, nodes, chunk):
+        sizes.append(nodes)
+        return inference._Probe(fixed + per_node * nodes, 1000, nodes, nodes)
+
+    monkeypatch.setattr(inference, "_probe", probe)
+    monkeypatch.setattr(inference, "total_nodes", lambda data: 10**6)
+    monkeypatch.setattr(inference, "PROBE_FRACTION", 32768 / 10**6)
+    estimate = estimate_prediction(model, ckpt, data, 4096)
+    assert sizes == [8192, 4096, 32768]
+    assert estimate.seconds == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_noisy_small_subset_cannot_halve_the_time_more_than_twice(big_mesh, monkeypatch):
+    run, path = big_mesh
+    model, ckpt = load_model(run)
+    data, _ = read_inputs(ckpt, path)
+    times = iter([1.0, 5.0, 1.0])  # the small subset slower than the large one
+    monkeypatch.setattr(
+        inference,
+        "_probe",
+        lambda m, c, d, nodes, chunk: inference._Probe(next(times), 1, 0, nodes),
+    )
+    monkeypatch.setattr(inference, "total_nodes", lambda data: 10**6)
+    monkeypatch.setattr(inference, "PROBE_FRACTION", 32768 / 10**6)
+    estimate = estimate_prediction(model, ckpt, data, 4096)
+    assert estimate.seconds == pytest.approx(0.5 * 1.0 * 10**6 / 32768)
