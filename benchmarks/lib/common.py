@@ -204,7 +204,12 @@ def run_case(
 
 def run_process(argv: Sequence[str], env=None, timeout=math.inf, sample=None) -> dict:
     """``argv`` run in a new process (killed after ``timeout`` s): its ``exit_code``, ``seconds``,
-    ``peak_mb`` (from ``wait4``), ``output`` and the peak of ``sample(pid)`` (bytes, each 0.2 s)."""
+    ``peak_mb`` (from ``wait4``), ``output`` and the peak of ``sample(pid)`` (bytes, each 0.2 s).
+
+    On Linux ``wait4``'s peak also counts what this process held when it started the child (the
+    forked copy before ``exec``), and misses a peak that the child cleared with ``clear_refs``
+    (as ``meshop predict``'s estimate does): a script that measures a large child from a large
+    parent has the child report its own ``VmHWM``."""
     import subprocess
     import threading
 

@@ -32,8 +32,18 @@ import json, sys, time
 import meshop.train.inference as inference
 from meshop.cli import main
 
-said, forward = {}, [0.0, 0.0]
-estimate, walk = inference.estimate_prediction, inference.predict_in_chunks
+said, forward, peaks = {}, [0.0, 0.0], []
+estimate, walk, reset = (
+    inference.estimate_prediction, inference.predict_in_chunks, inference._reset_peak
+)
+
+def high_water():
+    with open("/proc/self/status") as status:
+        return next(int(l.split()[1]) * 1024 for l in status if l.startswith("VmHWM"))
+
+def resetting():  # the estimate resets the high-water mark: keep the peak before each reset
+    peaks.append(high_water())
+    return reset()
 
 def timed(*args, **kwargs):
     start = time.perf_counter()
@@ -49,8 +59,11 @@ def estimated(*args, **kwargs):
     return made
 
 inference.estimate_prediction, inference.predict_in_chunks = estimated, timed
+inference._reset_peak = resetting
 code = main(sys.argv[1:])
-print(json.dumps({**said, "forward_s": forward[0], "rest_s": time.perf_counter() - forward[1]}))
+peak = max([*peaks, high_water()])
+rest = time.perf_counter() - forward[1]
+print(json.dumps({**said, "forward_s": forward[0], "rest_s": rest, "peak_bytes": peak}))
 sys.exit(code)
 """
 
@@ -145,7 +158,7 @@ def main(argv=None) -> None:
                         "forward_s": said["forward_s"],
                         "estimate_s": said["seconds"] + said["write_seconds"],
                         "rest_s": said["rest_s"],
-                        "peak_mb": done["peak_mb"],
+                        "peak_mb": said["peak_bytes"] / common.MB,
                         "estimate_mb": said["memory"] / common.MB,
                         "probe_nodes": said["probe_nodes"],
                         "printed": printed,

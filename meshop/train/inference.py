@@ -442,17 +442,19 @@ def estimate_prediction(
     """The time and memory :func:`predict` will take on ``data`` (after the mesh is read),
     measured on random subsets of the nodes and extrapolated to the whole.
 
-    The subsets hold ``P / 4`` (the warm-up) and ``P`` of the nodes, where ``P`` is
-    :data:`PROBE_FRACTION` of them, at least two chunks, within :data:`PROBE_NODES` and at most
-    all; each gets its latent mesh and is predicted in chunks of ``chunk_nodes``, as the whole
-    mesh will be (a chunk's cost per node depends on its size). The time is the larger
-    subset's scaled by ``N / P``. The memory is the largest of three peaks of the resident
-    memory (Linux; elsewhere the rough :func:`memory_estimate`): reading the mesh (measured
+    The subsets hold ``P / 4`` (the warm-up), ``P /`` :data:`SMALL_PROBE` and ``P`` of the
+    nodes, where ``P`` is :data:`PROBE_FRACTION` of them, at least two chunks, within
+    :data:`PROBE_NODES` and at most all; each gets its latent mesh and is predicted in chunks of
+    ``chunk_nodes``, as the whole mesh will be (a chunk's cost per node depends on its size).
+    The time is the line through the two timed subsets at ``N`` (a pass's fixed costs are not
+    scaled), between half and all of the larger subset's time scaled by ``N / P``. The memory
+    is the largest of three peaks of the resident memory (Linux; elsewhere the rough
+    :func:`memory_estimate`): reading the mesh (measured
     before the estimate); the pass (the resident memory now, the larger subset's growth over
     its pass, which holds a chunk's intermediates whatever the mesh (times
     :data:`TRANSIENT_MARGIN`), and :func:`pass_bytes_per_node` for the rest of the nodes; an
     unchunked pass: the subset's growth scaled by ``N / P``); writing (the outputs and
-    ``written`` bytes, :func:`write_bytes`). The subsets cost about 1.25 ``P / N`` of the
+    ``written`` bytes, :func:`write_bytes`). The subsets cost about 1.4 ``P / N`` of the
     prediction."""
     nodes = total_nodes(data)
     if chunk_nodes is None:

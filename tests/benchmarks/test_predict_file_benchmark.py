@@ -1,0 +1,19 @@
+"""benchmarks.speed.predict_file: `meshop predict` end to end in a new process, with the peak that
+the process itself reports (its high-water mark before each of the estimate's resets, and after)."""
+
+import json
+
+from benchmarks.speed import predict_file
+
+
+def test_predict_file_times_the_command_and_reports_the_processes_own_peak(tmp_path, capsys):
+    predict_file.main(["--quick", "--out", str(tmp_path)])
+    records = json.loads((tmp_path / "predict_file.json").read_text())["records"]
+    assert records
+    for record in records:
+        # the process's own peak: more than torch and the mesh, far less than the 2-core
+        # machine's memory (wait4's figure would also count the parent's memory at the fork)
+        assert 100 < record["peak_mb"] < 4000
+        assert 0 < record["forward_s"] < record["time_s"]
+        assert 0.25 < record["estimate_mb"] / record["peak_mb"] < 4
+    assert "### CPU, `meshop predict`" in (tmp_path / "predict_file.md").read_text()
