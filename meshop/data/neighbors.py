@@ -289,7 +289,7 @@ def _quantile_by_radius(
             cap = most if bool(uncapped[targets].any()) else CAP_FACTOR * int(needed[targets].max())
             cap = min(most, cap + 64)
             if radius_search is None:
-                index = _radius_among(
+                index = radius_among(
                     pos_src, pos_dst[targets], r2, batch_src, batch_dst[targets], cap
                 )
             else:
@@ -337,7 +337,7 @@ DENSE_PER_SOURCE_LOG2 = 2.0
 DENSE_BLOCK = 2**22
 
 
-def _radius_among(pos_src, pos_dst, r2: float, batch_src, batch_dst, cap: int) -> torch.Tensor:
+def radius_among(pos_src, pos_dst, r2: float, batch_src, batch_dst, cap: int) -> torch.Tensor:
     """The sources within ``sqrt(r2)`` of every target (of its own sample) as an edge index
     [2, E], by torch-cluster's radius search (at most ``cap`` per target) or, on the CPU where
     it costs less (:data:`DENSE_PER_SOURCE_LOG2`), by direct distances (all of them)."""

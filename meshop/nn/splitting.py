@@ -23,9 +23,9 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-from meshop._pyg import Data, torch_cluster
+from meshop._pyg import Data
 from meshop.data.latent import farthest_point_sampling
-from meshop.data.neighbors import quantile_index, radius_index, sort_edges
+from meshop.data.neighbors import quantile_index, radius_among, radius_index, sort_edges
 from meshop.errors import ConfigError
 from meshop.nn.integral import SPLIT_GROUP, SoftmaxSums, split_group
 
@@ -181,7 +181,9 @@ def split_fields(
     if open_domain and "quantile" in field:
 
         def radius_search(dst, r, dst_batch, cap):
-            local = torch_cluster.radius(pos, dst, r, batch, dst_batch, max_num_neighbors=cap)
+            # by direct distances where that costs less than a search tree over the part, as
+            # on one process (the encoder of a large mesh searches in many small groups)
+            local = radius_among(pos, dst, r * r, batch, dst_batch, cap)
             return gather_edges(torch.stack([local[0], mine[local[1]]]), group)
 
         index = quantile_index(

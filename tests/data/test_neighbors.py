@@ -31,7 +31,7 @@ METHODS = ["knn", "radius", "radius-direct"]
 @pytest.fixture(autouse=True)
 def radius_searches(request, monkeypatch):
     """A test's ``method`` "radius" searches by torch-cluster's tree only, "radius-direct" by
-    direct distances only (the two ways of :func:`meshop.data.neighbors._radius_among`)."""
+    direct distances only (the two ways of :func:`meshop.data.neighbors.radius_among`)."""
     method = (
         request.node.callspec.params.get("method") if hasattr(request.node, "callspec") else None
     )

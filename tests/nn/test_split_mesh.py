@@ -3,7 +3,6 @@ a part of the nodes of the same samples, give the outputs and the summed gradien
 with the whole mesh."""
 
 import os
-import types
 
 import pytest
 import torch
@@ -336,8 +335,8 @@ FIELDS = {
 
 def _fields_worker(rank: int, port: int, results):
     import meshop.nn.splitting as splitting
-    from meshop._pyg import torch_cluster
     from meshop.data import farthest_point_sampling
+    from meshop.data.neighbors import radius_among
     from meshop.nn import LocalPositionAttention
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -346,9 +345,9 @@ def _fields_worker(rank: int, port: int, results):
 
     def radius(x, *args, **kwargs):
         searched.append(len(x))
-        return torch_cluster.radius(x, *args, **kwargs)
+        return radius_among(x, *args, **kwargs)
 
-    splitting.torch_cluster = types.SimpleNamespace(radius=radius)
+    splitting.radius_among = radius
     try:
         whole = samples(True)
         held = held_nodes(rank)
