@@ -165,7 +165,8 @@ def split_fields(
     - quantile fields (open domains): the radius searches of
       :func:`~meshop.data.neighbors.quantile_index` run on each process's own nodes and their
       edges are gathered, so that every target's quantile radius is the whole mesh's while each
-      process builds its search trees over its own nodes only;
+      process searches its own nodes only (:func:`~meshop.data.neighbors.radius_among`: by
+      direct distances where that costs less than a search tree);
     - radius fields (open domains): each process its own nodes, unless some target holds
       ``max_num_neighbors`` sources of all the processes (which of them a search keeps is its
       own: then as below);
