@@ -4,7 +4,7 @@ mesh (farthest point sampling) and the receptive fields (kNN, radius, quantile);
 on the GPU learns, and its checkpoint predicts on the CPU what the GPU model predicted.
 
 These tests run only where PyTorch sees a GPU; the CPU machines that run the suite have none.
-docs/install.md says where and when they last ran.
+benchmarks/results/cuda_tests.md says where and when they last ran.
 """
 
 from __future__ import annotations
