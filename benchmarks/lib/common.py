@@ -54,6 +54,16 @@ def parse_args(description: str, argv=None, more: Callable | None = None) -> arg
     return args
 
 
+def chosen_models(parser: argparse.ArgumentParser, text: str, allowed) -> list[str]:
+    """The comma-separated model names of ``text``, refused through ``parser`` unless they are
+    among ``allowed`` (and at least one)."""
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = sorted(set(models) - set(allowed))
+    if unknown or not models:
+        parser.error(f"unknown models {unknown}; choose from {', '.join(allowed)}")
+    return models
+
+
 def devices(args: argparse.Namespace) -> list[str]:
     """The devices to measure on: CPU always (unless ``--device cuda``), CUDA when present."""
     import torch

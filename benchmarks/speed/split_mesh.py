@@ -108,10 +108,7 @@ def main(argv=None) -> None:
     p.add_argument("--n", type=float, default=None, help="nodes (default 1e6; 2e4 quick)")
     p.add_argument("--repeats", type=int, default=3, help="timed steps (the fastest counts)")
     args = p.parse_args(argv)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = sorted(set(models) - set(SPLIT_MODELS))
-    if unknown or not models:
-        p.error(f"unknown models {unknown}; choose from {', '.join(SPLIT_MODELS)}")
+    models = common.chosen_models(p, args.models, SPLIT_MODELS)
     n = int(args.n) if args.n is not None else 20_000 if args.quick else 1_000_000
     records, tables = [], {}
     for model in models:

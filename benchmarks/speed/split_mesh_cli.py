@@ -197,10 +197,7 @@ def main(argv=None) -> None:
     p.add_argument("--chunk", type=int, help=f"nodes per chunk (default {CHUNK}; quick 512)")
     p.add_argument("--timeout", type=float, default=7200.0, help="seconds allowed to one run")
     args = p.parse_args(argv)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = sorted(set(models) - set(MODEL_ARGS))
-    if unknown or not models:
-        p.error(f"unknown models {unknown}; choose from {', '.join(MODEL_ARGS)}")
+    models = common.chosen_models(p, args.models, MODEL_ARGS)
     if args.samples * args.epochs < 2:
         p.error("--samples times --epochs must be 2 or more: the first step is not timed")
     n = int(args.n) if args.n is not None else 1600 if args.quick else 1_000_000

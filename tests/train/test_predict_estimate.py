@@ -169,6 +169,24 @@ def test_meshop_predict_says_what_it_will_take_before_and_what_it_took_after(
     assert lines[2].startswith(f"wrote {out}") and probed == [1]
 
 
+def estimated_seconds(big_mesh, monkeypatch, seconds_of) -> tuple[float, list[int]]:
+    """The time :func:`estimate_prediction` gives a mesh of 10^6 nodes (subset P = 32,768, chunks
+    of 4,096) when its subsets of ``nodes`` take ``seconds_of(nodes)``, and the subsets' sizes."""
+    run, path = big_mesh
+    model, ckpt = load_model(run)
+    data, _ = read_inputs(ckpt, path)
+    sizes = []
+
+    def probe(model, ckpt, data, nodes, chunk):
+        sizes.append(nodes)
+        return inference._Probe(seconds_of(nodes), 1000, nodes, nodes)
+
+    monkeypatch.setattr(inference, "_probe", probe)
+    monkeypatch.setattr(inference, "total_nodes", lambda data: 10**6)
+    monkeypatch.setattr(inference, "PROBE_FRACTION", 32768 / 10**6)
+    return estimate_prediction(model, ckpt, data, 4096).seconds, sizes
+
+
 @pytest.mark.parametrize(
     "fixed, per_node, expected",
     [
@@ -180,34 +198,14 @@ def test_meshop_predict_says_what_it_will_take_before_and_what_it_took_after(
 def test_the_time_is_the_line_through_two_subsets(big_mesh, monkeypatch, fixed, per_node, expected):
     """t(n) = fixed + per_node n measured at P/8 and P nodes (after a warm-up at P/4) gives
     t(N); kept within half and all of the larger subset's time scaled by N / P."""
-    run, path = big_mesh
-    model, ckpt = load_model(run)
-    data, _ = read_inputs(ckpt, path)
-    sizes = []
-
-    def probe(model, ckpt, data, nodes, chunk):
-        sizes.append(nodes)
-        return inference._Probe(fixed + per_node * nodes, 1000, nodes, nodes)
-
-    monkeypatch.setattr(inference, "_probe", probe)
-    monkeypatch.setattr(inference, "total_nodes", lambda data: 10**6)
-    monkeypatch.setattr(inference, "PROBE_FRACTION", 32768 / 10**6)
-    estimate = estimate_prediction(model, ckpt, data, 4096)
+    seconds, sizes = estimated_seconds(big_mesh, monkeypatch, lambda n: fixed + per_node * n)
     assert sizes == [8192, 4096, 32768]
-    assert estimate.seconds == pytest.approx(expected, rel=1e-9)
+    assert seconds == pytest.approx(expected, rel=1e-9)
 
 
-def test_a_noisy_small_subset_cannot_halve_the_time_more_than_twice(big_mesh, monkeypatch):
-    run, path = big_mesh
-    model, ckpt = load_model(run)
-    data, _ = read_inputs(ckpt, path)
+def test_a_noisy_small_subset_cannot_bring_the_time_below_half_the_scaled_one(
+    big_mesh, monkeypatch
+):
     times = iter([1.0, 5.0, 1.0])  # the small subset slower than the large one
-    monkeypatch.setattr(
-        inference,
-        "_probe",
-        lambda m, c, d, nodes, chunk: inference._Probe(next(times), 1, 0, nodes),
-    )
-    monkeypatch.setattr(inference, "total_nodes", lambda data: 10**6)
-    monkeypatch.setattr(inference, "PROBE_FRACTION", 32768 / 10**6)
-    estimate = estimate_prediction(model, ckpt, data, 4096)
-    assert estimate.seconds == pytest.approx(0.5 * 1.0 * 10**6 / 32768)
+    seconds, _ = estimated_seconds(big_mesh, monkeypatch, lambda n: next(times))
+    assert seconds == pytest.approx(0.5 * 1.0 * 10**6 / 32768)
