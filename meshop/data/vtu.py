@@ -8,10 +8,11 @@ dropped at once; base64 runs are decoded a window at a time and zlib blocks are 
 straight into the array that holds the result (connectivity straight into meshio's int64).
 
 It reads one ``Piece`` of an ``UnstructuredGrid`` stored little-endian with inline ``binary``
-(uncompressed or ``vtkZLibDataCompressor``) or ``ascii`` DataArrays, or uncompressed DataArrays
-in an ``AppendedData`` section of ``raw`` encoding (what :func:`write_vtu` writes: each array is
-read straight from the file into its numpy array), and cells of a fixed number of nodes.
-Anything else (base64 or compressed appended data, other compressors, polygons, polyhedra,
+(uncompressed or ``vtkZLibDataCompressor``) or ``ascii`` DataArrays, or DataArrays in an
+``AppendedData`` section of ``raw`` encoding, uncompressed (what :func:`write_vtu` writes: each
+array is read straight from the file into its numpy array) or zlib-compressed (what VTK's own
+writers, ParaView's included, write by default), and cells of a fixed number of nodes.
+Anything else (base64 appended data, other compressors, polygons, polyhedra,
 higher-order Lagrange/Bezier cells, several pieces, big-endian data, FieldData, irregular
 offsets) gives None, so that the caller falls back to ``meshio.read``. The mesh it returns
 equals ``meshio.read``'s: same points, cell blocks (meshio's type names, node order and int64
@@ -162,8 +163,6 @@ class _Reader:
         fmt = elem.get("format", "ascii")
         text = elem.text
         if fmt == "appended":
-            if self.compressed:
-                raise _Unsupported("compressed appended data")
             offset = elem.get("offset", "")
             if not offset.isdigit():
                 raise _Unsupported("appended DataArray without an offset")
@@ -190,6 +189,8 @@ class _Reader:
         head = file.read(size)
         if len(head) != size:
             raise ValueError("appended data ends early")
+        if self.compressed:
+            return _shaped(self._appended_blocks(file, head, array), array.components)
         total = int(np.frombuffer(head, self.header)[0])
         if total % array.stored.itemsize:
             raise _Unsupported("data size not a multiple of the item size")
@@ -207,6 +208,44 @@ class _Reader:
         if not complete:
             raise ValueError("appended data ends early")
         return _shaped(sink.array, array.components)
+
+    def _appended_blocks(self, file, head: bytes, array: _Appended) -> np.ndarray:
+        """A zlib-compressed appended array (VTK's own writers' default: the block count, block
+        size, last block's size and each block's compressed size, then the blocks), read from
+        ``file`` just after its first header item ``head``, a block at a time."""
+        size = self.header.itemsize
+        blocks = int(np.frombuffer(head, self.header)[0])
+        rest = file.read((2 + blocks) * size)
+        if len(rest) != (2 + blocks) * size:
+            raise ValueError("appended data ends early")
+        header = np.frombuffer(rest, self.header)
+        block_size, last_size = int(header[0]), int(header[1])
+        sink = self._blocks_sink(blocks, block_size, last_size, array.stored, array.dtype)
+        for k, compressed in enumerate(header[2:].tolist()):
+            data = file.read(compressed)
+            if len(data) != compressed:
+                raise ValueError("appended data ends early")
+            sink.write(k * block_size, self._inflate(data, k, blocks, block_size, last_size))
+        return sink.array
+
+    @staticmethod
+    def _blocks_sink(blocks: int, block_size: int, last_size: int, stored, dtype) -> _Sink:
+        """The array that ``blocks`` blocks of ``block_size`` bytes (the last ``last_size``)
+        fill."""
+        last_size = last_size or block_size  # VTK: a zero last size means a full last block
+        total = (blocks - 1) * block_size + last_size if blocks else 0
+        if total % stored.itemsize:
+            raise _Unsupported("data size not a multiple of the item size")
+        return _Sink(total // stored.itemsize, stored, dtype)
+
+    @staticmethod
+    def _inflate(data: bytes, k: int, blocks: int, block_size: int, last_size: int) -> bytes:
+        """Block ``k`` of ``blocks``, decompressed and checked against its declared size."""
+        expected = (last_size or block_size) if k == blocks - 1 else block_size
+        block = zlib.decompress(data, bufsize=max(expected, 1))
+        if len(block) != expected:
+            raise ValueError(f"zlib block {k} holds {len(block)} bytes, not {expected}")
+        return block
 
     def _uncompressed(self, text: str, start: int, stored: np.dtype, dtype: np.dtype):
         size = self.header.itemsize
@@ -231,20 +270,12 @@ class _Reader:
         head_bytes = (3 + blocks) * size
         header = np.frombuffer(_b64_bytes(text, start, 0, head_bytes), self.header)
         block_size, last_size = int(header[1]), int(header[2])
-        if blocks and last_size == 0:
-            last_size = block_size  # VTK: a zero last size means a full last block
-        total = (blocks - 1) * block_size + last_size if blocks else 0
-        if total % stored.itemsize:
-            raise _Unsupported("data size not a multiple of the item size")
+        sink = self._blocks_sink(blocks, block_size, last_size, stored, dtype)
         run = start + -(-head_bytes // 3) * 4  # the data's own base64 run follows the header's
         ends = np.concatenate([[0], np.cumsum(header[3:], dtype=np.int64)]).tolist()
-        sink = _Sink(total // stored.itemsize, stored, dtype)
         for k in range(blocks):
-            expected = last_size if k == blocks - 1 else block_size
-            block = zlib.decompress(_b64_bytes(text, run, ends[k], ends[k + 1]), bufsize=expected)
-            if len(block) != expected:
-                raise ValueError(f"zlib block {k} holds {len(block)} bytes, not {expected}")
-            sink.write(k * block_size, block)
+            data = _b64_bytes(text, run, ends[k], ends[k + 1])
+            sink.write(k * block_size, self._inflate(data, k, blocks, block_size, last_size))
         _check_run_end(text, run + -(-ends[-1] // 3) * 4)
         return sink.array
 

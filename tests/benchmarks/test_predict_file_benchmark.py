@@ -15,5 +15,11 @@ def test_predict_file_times_the_command_and_reports_the_processes_own_peak(tmp_p
         # machine's memory (wait4's figure would also count the parent's memory at the fork)
         assert 100 < record["peak_mb"] < 4000
         assert 0 < record["forward_s"] < record["time_s"]
+        # the phases: each timed once, inside the command, which is inside the process
+        parts = ("load_s", "read_s", "probe_s", "forward_s", "write_s")
+        assert all(record[part] > 0 for part in parts)
+        assert sum(record[part] for part in parts) < record["command_s"] < record["time_s"]
         assert 0.25 < record["estimate_mb"] / record["peak_mb"] < 4
-    assert "### CPU, `meshop predict`" in (tmp_path / "predict_file.md").read_text()
+    page = (tmp_path / "predict_file.md").read_text()
+    assert "### CPU, `meshop predict`" in page and "command / forward" in page
+    assert "### The estimate printed before the prediction" in page

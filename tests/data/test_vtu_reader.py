@@ -3,6 +3,7 @@
 import base64
 import re
 import warnings
+import zlib
 
 import meshio
 import numpy as np
@@ -233,3 +234,67 @@ def test_appended_data_is_read_by_meshio(tmp_path):
     path.write_text(text.replace("</VTKFile>", appended))
     assert read_vtu(path) is None
     assert_same_mesh(read_meshio(path), meshio.read(inline))
+
+
+def raw_appended(inline_path, path) -> None:
+    """Rewrite a meshio-written zlib ``.vtu`` file (inline base64 arrays) as VTK's own writers
+    store one: every array in one raw ``AppendedData`` section, its block header (block count,
+    block size, last block's size, each block's compressed size) and then its zlib blocks."""
+    text = inline_path.read_text()
+    match = re.search(r'header_type="(\w+)"', text)
+    item = {"UInt32": 4, "UInt64": 8}[match.group(1) if match else "UInt32"]
+    raw = []
+
+    def to_appended(match):
+        run = "".join(match.group(2).split())
+        blocks = int(np.frombuffer(base64.b64decode(run[:8])[:item], f"<u{item}")[0])
+        head_chars = -(-(3 + blocks) * item // 3) * 4  # the header is a base64 run of its own
+        data = base64.b64decode(run[:head_chars]) + base64.b64decode(run[head_chars:])
+        offset = sum(len(r) for r in raw)
+        raw.append(data)
+        start = match.group(1).replace('format="binary"', f'format="appended" offset="{offset}"')
+        return start + "</DataArray>"
+
+    text = re.sub(r"(<DataArray[^>]*>)(.*?)</DataArray>", to_appended, text, flags=re.S)
+    head, tail = text.rsplit("</VTKFile>", 1)
+    with open(path, "wb") as file:
+        file.write(head.encode())
+        file.write(b'<AppendedData encoding="raw">\n_')
+        for data in raw:
+            file.write(data)
+        file.write(b"\n</AppendedData>\n</VTKFile>" + tail.encode())
+
+
+@pytest.mark.parametrize("n", [9, 200_000], ids=["one-block", "many-blocks"])
+def test_zlib_compressed_raw_appended_data_equals_meshio(tmp_path, n):
+    """VTK's own writers (ParaView's too) store zlib blocks in a raw AppendedData section by
+    default: read by the lean reader as meshio reads it."""
+    rng = np.random.default_rng(4)
+    mesh = (
+        mixed_mesh()
+        if n == 9
+        else meshio.Mesh(
+            rng.random((n, 3)),
+            [("triangle", rng.integers(0, n, size=(2 * n, 3)).astype(np.int32))],
+            point_data={"u": rng.random((n, 3)), "p": rng.random(n).astype(np.float32)},
+        )
+    )
+    inline = write(tmp_path / "inline.vtu", mesh)
+    assert 'compressor="vtkZLibDataCompressor"' in inline.read_text()
+    path = tmp_path / "appended.vtu"
+    raw_appended(inline, path)
+    assert b'format="appended"' in path.read_bytes() and b'format="binary"' not in path.read_bytes()
+    ours, theirs = read_both(path)
+    assert_same_mesh(ours, theirs)
+    assert_same_mesh(ours, meshio.read(inline))
+
+
+def test_a_truncated_zlib_appended_block_is_an_error(tmp_path):
+    inline = write(tmp_path / "inline.vtu", mixed_mesh())
+    path = tmp_path / "appended.vtu"
+    raw_appended(inline, path)
+    data = path.read_bytes()
+    end = data.index(b"\n</AppendedData>")
+    path.write_bytes(data[: end - 5] + data[end:])  # the last block loses its last bytes
+    with pytest.raises((ValueError, zlib.error)):
+        read_vtu(path)
