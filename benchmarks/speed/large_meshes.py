@@ -3,9 +3,15 @@ its CPU preset size, whole and in chunks (checkpointed chunks for the training s
 
     python -m benchmarks.speed.large_meshes            # 1e5, 1e6, 1e7 nodes (about an hour)
     python -m benchmarks.speed.large_meshes --quick    # smoke test
+    python -m benchmarks.speed.large_meshes --models pit,ono --out A &   # two runs side by side,
+    python -m benchmarks.speed.large_meshes --models galerkin,transolver,mlp --out B   # one core
+    python -m benchmarks.speed.large_meshes --tables-from A/large_meshes.json B/large_meshes.json
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import torch
 
@@ -44,10 +50,22 @@ def options(parser) -> None:
     parser.add_argument("--train-up-to", type=int, default=1_000_000)
     parser.add_argument("--models", default=",".join(PRESET_MODELS))
     parser.add_argument("--sizes", default=None, help="comma-separated node counts")
+    parser.add_argument(
+        "--tables-from",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="result files of runs split by --models: one table of their records",
+    )
+
+
+TITLE = "Inference on large meshes: every model whole and in chunks"
 
 
 def main(argv=None) -> None:
     args = common.parse_args(__doc__.splitlines()[0], argv, options)
+    if args.tables_from:
+        return merge(args)
     chunk = 1000 if args.quick else args.chunk_nodes
     chosen = [int(float(n)) for n in args.sizes.split(",")] if args.sizes else sizes(args.quick)
     modes = [
@@ -77,11 +95,29 @@ def main(argv=None) -> None:
                 records.append(record)
                 common.write_results(  # after every case: a cut run keeps what it measured
                     "large_meshes",
-                    "Inference on large meshes: every model whole and in chunks",
+                    TITLE,
                     args,
                     {f"CPU, one sample, chunks of {chunk:,} nodes": table(records)},
                     records,
                 )
+
+
+def merge(args) -> None:
+    """One table of the records of several result files (runs split by ``--models``, side by
+    side); the header names every run's command and the highest of their load averages."""
+    found = [json.loads(path.read_text()) for path in args.tables_from]
+    chunks = {r["chunk_nodes"] for data in found for r in data["records"] if r["chunk_nodes"]}
+    if len(chunks) > 1 or len({data["machine"]["threads"] for data in found}) > 1:
+        raise SystemExit("--tables-from: the runs used different --chunk-nodes or --threads")
+    records = [r for data in found for r in data["records"]]
+    info = dict(found[0]["machine"])
+    info["command"] = "` and `".join(data["machine"]["command"] for data in found)
+    if all("load" in data["machine"] for data in found):
+        info["load"] = [max(x) for x in zip(*(data["machine"]["load"] for data in found))]
+    info["commit"] = ", ".join(dict.fromkeys(data["machine"].get("commit", "?") for data in found))
+    args.threads = info["threads"]
+    caption = f"CPU, one sample, chunks of {chunks.pop() if chunks else 0:,} nodes"
+    common.write_results("large_meshes", TITLE, args, {caption: table(records)}, records, info)
 
 
 def largest(chunk_nodes: int, train: bool, args) -> float:

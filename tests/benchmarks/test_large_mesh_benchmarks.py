@@ -55,3 +55,18 @@ def test_the_summary_gives_the_large_mesh_figures_model_by_model():
     assert training[1].startswith("PiT 10.00 s, 1.00 GB; Galerkin Transformer 10.00 s, 1.00 GB")
     assert "not measured" not in training[1] and len(training) == 2
     assert summary.large_meshes({})[0][1:] == ["not measured"]
+
+
+def test_runs_split_by_models_make_one_table(tmp_path):
+    for models, out in (("mlp", "a"), ("transolver", "b")):
+        argv = ["--models", models, "--sizes", "1000", "--out", str(tmp_path / out)]
+        large_meshes.main([*argv, "--whole-up-to", "0"])
+    files = [str(tmp_path / out / "large_meshes.json") for out in "ab"]
+    large_meshes.main(["--tables-from", *files, "--out", str(tmp_path)])
+    merged = json.loads((tmp_path / "large_meshes.json").read_text())
+    assert [r["model"] for r in merged["records"]] == ["mlp", "mlp", "transolver", "transolver"]
+    page = (tmp_path / "large_meshes.md").read_text()
+    commands = [json.loads(open(f).read())["machine"]["command"] for f in files]
+    assert f"`{commands[0]}` and `{commands[1]}`" in page  # both runs' commands named
+    assert "| MLPBaseline(width=128" in page and "| Transolver(width=64" in page
+    assert "chunks of 65,536 nodes" in page
