@@ -66,6 +66,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--data-dir", default=None, help="data root of the generated datasets")
     add("--runs", type=Path, default=Path("runs/accuracy"))
     add("--tables-from", type=Path, default=None, help="redraw the tables of an accuracy.json")
+    add(
+        "--name",
+        default="accuracy",
+        help="the result files' name (default accuracy; e.g. accuracy_600s for a second budget, "
+        "whose table goes to the README section of that name)",
+    )
     add("--update", action="store_true", help="merge into the existing accuracy.json")
     add("--forget", default="", help="with --update: datasets whose older rows are dropped")
     add("--resume", action="store_true", help="reuse the pairs of RUNS/records.jsonl")
@@ -258,7 +264,7 @@ def generate_all(datasets: list[str], args) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.tables_from is not None:
-        write_tables(args.tables_from, args.out / "accuracy.md")
+        write_tables(args.tables_from, args.out / f"{args.name}.md")
         return
 
     wanted = [m for m in args.models.split(",") if m]
@@ -294,12 +300,12 @@ def main(argv=None) -> None:
     if args.single_seed:
         info["single_seed"] = args.single_seed
     info.update(quick=args.quick, jobs=args.jobs, wall_seconds=time.perf_counter() - start)
-    path = args.out / "accuracy.json"
+    path = args.out / f"{args.name}.json"
     if args.update and path.exists():
         info, records = merged(path, info, records, args.forget)
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machine": info, "records": records}, indent=1, default=str) + "\n")
-    write_tables(path, args.out / "accuracy.md")
+    write_tables(path, args.out / f"{args.name}.md")
 
 
 def longest_first(pairs: list[tuple[str, str]], args) -> list[tuple[str, str]]:
@@ -464,7 +470,8 @@ def dataset_table(records: list[dict], dataset: str) -> tuple[str, str]:
 
 def write_tables(results: Path, path: Path) -> str:
     """The Markdown tables of an ``accuracy.json`` (printed and written to ``path``); for the
-    project's own results, the README's ``accuracy`` table too."""
+    project's own results, the README's table of the same name too (``accuracy``, or e.g.
+    ``accuracy_600s`` for the second budget)."""
     data = json.loads(results.read_text())
     info, records = data["machine"], data["records"]
     header = (
@@ -504,7 +511,7 @@ def write_tables(results: Path, path: Path) -> str:
     text = common.results_text("Accuracy on the generated datasets", header, tables)
     common.write_text(path.parent, path.stem, text)
     if path.parent.resolve() == common.RESULTS:  # the project's own results: the README follows
-        common.replace_section(README, "accuracy", summary_table(records))
+        common.replace_section(README, path.stem, summary_table(records))
     return text
 
 

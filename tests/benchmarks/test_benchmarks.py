@@ -161,6 +161,19 @@ def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path
     accuracy.main(["--tables-from", results, "--out", str(redrawn)])
     assert (redrawn / "accuracy.md").read_text() == tables
     assert "the whole command took" in tables
+    # a second budget: its own result files, and the README section of its name
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "<!-- --8<-- [start:accuracy] -->\nA\n<!-- --8<-- [end:accuracy] -->\n"
+        "<!-- --8<-- [start:accuracy_600s] -->\nB\n<!-- --8<-- [end:accuracy_600s] -->\n"
+    )
+    monkeypatch.setattr(accuracy, "README", readme)
+    monkeypatch.setattr(accuracy.common, "RESULTS", redrawn)
+    accuracy.main(["--tables-from", results, "--out", str(redrawn), "--name", "accuracy_600s"])
+    assert (redrawn / "accuracy_600s.md").read_text() == tables
+    sections = readme.read_text()
+    assert "\nA\n" in sections and "\nB\n" not in sections
+    assert accuracy.summary_table(records) in sections.split("[start:accuracy_600s]")[1]
 
     # an interrupted table resumes from the pairs already finished, trains nothing twice and
     # reuses no record measured with another budget
