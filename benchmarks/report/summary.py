@@ -281,7 +281,8 @@ def provenance(name: str, machine: dict) -> str:
     text = f"`{name}.md` {machine['date']}"
     text += f", commit {machine['commit']}" if "commit" in machine else ""
     if "load" in machine:
-        return text + common.load_of(machine)
+        note = f" ({machine['note']})" if machine.get("note") else ""
+        return text + common.load_of(machine) + note
     return f"{text}, {machine['note']}" if machine.get("note") else f"{text}, load not recorded"
 
 

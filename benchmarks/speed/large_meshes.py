@@ -115,6 +115,9 @@ def merge(args) -> None:
     if all("load" in data["machine"] for data in found):
         info["load"] = [max(x) for x in zip(*(data["machine"]["load"] for data in found))]
     info["commit"] = ", ".join(dict.fromkeys(data["machine"].get("commit", "?") for data in found))
+    info["note"] = (
+        f"{len(found)} runs split by --models side by side, {info['threads']} thread(s) each"
+    )
     args.threads = info["threads"]
     caption = f"CPU, one sample, chunks of {chunks.pop() if chunks else 0:,} nodes"
     common.write_results("large_meshes", TITLE, args, {caption: table(records)}, records, info)

@@ -70,3 +70,19 @@ def test_runs_split_by_models_make_one_table(tmp_path):
     assert f"`{commands[0]}` and `{commands[1]}`" in page  # both runs' commands named
     assert "| MLPBaseline(width=128" in page and "| Transolver(width=64" in page
     assert "chunks of 65,536 nodes" in page
+    assert merged["machine"]["note"] == "2 runs split by --models side by side, 1 thread(s) each"
+
+
+def test_the_summary_names_each_result_files_load_and_note():
+    from benchmarks.report import summary
+
+    machine = {"date": "2026-11-27 20:54 UTC", "commit": "abc1234", "load": [2.0, 2.1, 2.38]}
+    assert summary.provenance("x", machine) == (
+        "`x.md` 2026-11-27 20:54 UTC, commit abc1234, load average 2.38 over 15 minutes"
+    )
+    machine["note"] = "2 runs side by side"
+    assert summary.provenance("x", machine).endswith("over 15 minutes (2 runs side by side)")
+    old = {"date": "2026-11-25 16:26 UTC", "note": "other jobs shared the cores"}
+    assert (
+        summary.provenance("x", old) == "`x.md` 2026-11-25 16:26 UTC, other jobs shared the cores"
+    )
