@@ -56,6 +56,14 @@ def options(parser) -> None:
     parser.add_argument("--data-dir", default=None, help="data root of the generated datasets")
     parser.add_argument("--runs", type=Path, default=Path(f"runs/{NAME}"), help="work folder")
     parser.add_argument("--resume", action="store_true", help="keep the runs already measured")
+    parser.add_argument(
+        "--train-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a training setting over the folder rules, for every model (its rows are named "
+        "with it), e.g. latent_resample=false",
+    )
 
 
 def levels_of(dataset: str, args) -> list[int]:
@@ -110,13 +118,16 @@ def measure(dataset: str, model: str, folders: dict, args) -> dict:
     level: its errors, and the settings the folder rules chose (as ``meshop train`` printed
     them)."""
     spec = DATASETS[dataset]
-    run = args.runs / f"{dataset}-{model}-seed{args.seed}"
+    variant = "".join(f"-{arg}" for arg in args.train_arg)
+    run = args.runs / f"{dataset}-{model}-seed{args.seed}{variant}"
     argv = ["train", "--dataset", "folder", "--data-dir", str(folders["train"]), "--model", model]
     if spec["inputs"]:
         argv += ["--dataset-arg", f"inputs={json.dumps(spec['inputs'])}"]
     argv += ["--dataset-arg", f"targets={json.dumps(spec['targets'])}"]
     argv += ["--epochs", str(args.epochs), "--seed", str(args.seed), "--out", str(run)]
     argv += ["--no-progress", "--no-figures", "--threads", str(args.threads)]
+    for arg in args.train_arg:
+        argv += ["--train-arg", arg]
     common.progress(f"training {model} on the {dataset} folder")
     printed = meshop(*argv)
     settings = printed.split("settings:", 1)[-1].split("\ntraining ", 1)[0].strip("\n")
@@ -134,12 +145,24 @@ def measure(dataset: str, model: str, folders: dict, args) -> dict:
         "model": model,
         "seed": args.seed,
         "epochs": args.epochs,
+        "train_args": list(args.train_arg),
         "levels": levels_of(dataset, args),
         "mean_nodes": [folders["nodes"][level] for level in levels_of(dataset, args)],
         "test_rel_l2": errors,
         "test_rel_l2_median": medians,
         "settings": settings,
     }
+
+
+def key_of(record: dict) -> tuple:
+    """What makes two runs the same: dataset, model, seed, epochs and settings over the rules."""
+    train_args = tuple(record.get("train_args", ()))
+    return record["dataset"], record["model"], record["seed"], record["epochs"], train_args
+
+
+def label(record: dict) -> str:
+    """A row's name: the model's, with the settings it was trained with over the rules."""
+    return NAMES[record["model"]] + "".join(f", {a}" for a in record.get("train_args", ()))
 
 
 def main(argv=None) -> None:
@@ -158,8 +181,7 @@ def main(argv=None) -> None:
     if args.resume and log.exists():
         for line in log.read_text().splitlines():
             record = json.loads(line)
-            done[record["dataset"], record["model"], record["seed"], record["epochs"]] = record
-    records = []
+            done[key_of(record)] = record
     for dataset in datasets:
         common.progress(f"writing {dataset} as mesh files")
         root = args.runs / "data" / dataset
@@ -168,13 +190,23 @@ def main(argv=None) -> None:
         for level in levels_of(dataset, args):
             folders[level] = root / f"test-{level}"
             folders["nodes"][level] = export(dataset, "test", level, folders[level], args)
-        todo = [m for m in models if (dataset, m, args.seed, args.epochs) not in done]
+        wanted = {m: (dataset, m, args.seed, args.epochs, tuple(args.train_arg)) for m in models}
+        todo = [m for m in models if wanted[m] not in done]
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
             calls = [pool.submit(measure, dataset, m, folders, args) for m in todo]
             for record in (call.result() for call in calls):
                 common.append_line(log, record)
-                done[dataset, record["model"], args.seed, args.epochs] = record
-        records += [done[dataset, m, args.seed, args.epochs] for m in models]
+                done[key_of(record)] = record
+    # every run of these datasets in the work folder: the defaults' rows, then those with
+    # settings over the rules (earlier commands of the same --runs, e.g. --train-arg ...)
+    records = sorted(
+        (r for r in done.values() if r["dataset"] in datasets),
+        key=lambda r: (
+            datasets.index(r["dataset"]),
+            tuple(r.get("train_args", ())),
+            MODELS.index(r["model"]),
+        ),
+    )
     common.write_results(NAME, TITLE, args, tables(records), records)
 
 
@@ -191,7 +223,7 @@ def tables(records: list[dict]) -> dict[str, str]:
         rows = []
         for r in mine:
             e = r["test_rel_l2"]
-            rows.append([NAMES[r["model"]], *(f"{x:.4f}" for x in e)])
+            rows.append([label(r), *(f"{x:.4f}" for x in e)])
             rows[-1] += [f"{e[1] / e[0]:.2f}", f"{e[2] / e[0]:.2f}"]
         levels = "resolution" if DATASETS[dataset]["option"] == "resolution" else "refinement"
         caption = (
@@ -200,8 +232,7 @@ def tables(records: list[dict]) -> dict[str, str]:
         )
         out[caption] = common.markdown_table(headers, rows)
     settings = "\n\n".join(
-        f"{TITLES[r['dataset']]}, {NAMES[r['model']]}:\n\n```text\n{r['settings']}\n```"
-        for r in records
+        f"{TITLES[r['dataset']]}, {label(r)}:\n\n```text\n{r['settings']}\n```" for r in records
     )
     out["The settings the folder rules chose"] = settings
     return out

@@ -1,4 +1,5 @@
-"""Data augmentation of the training loop: random periodic shifts (``TrainConfig.periodic_shift``).
+"""Data augmentation of the training loop: random periodic shifts (``TrainConfig.periodic_shift``)
+and new latent meshes (``TrainConfig.latent_resample``).
 
 A problem that is periodic along every axis of its uniform grid and invariant under translations
 (Burgers on the periodic unit interval) maps a shifted input to the shifted output, so every
@@ -6,10 +7,17 @@ circular shift of a training sample is a training sample. :class:`PeriodicShifts
 training sample through a new random shift on every epoch; a model that is not
 translation-equivariant by construction (ONO, the Transolver) then sees the map at every position
 instead of learning it at each position from the samples it has.
+
+A latent mesh chosen by farthest point sampling depends on the input mesh: on a finer mesh of the
+same domain the same number of latent nodes lands elsewhere, and their lumped weights differ. A
+model trained with one latent mesh per sample (the same one every epoch) learns that mesh;
+:class:`LatentResamples` gives every training sample a new one every epoch, so that the model
+learns the map for any latent mesh of that size.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -88,4 +96,36 @@ class PeriodicShifts(Sequence):
         return roll_grid(data, self.shifts(index, data.grid_shape), self.keep_x)
 
 
-__all__ = ["PeriodicShifts", "check_periodic_grid", "coordinate_channels"]
+class LatentResamples(Sequence):
+    """A view of training samples whose every access gives the sample a new latent mesh: the
+    ``latent`` transform (:class:`meshop.train.data.LatentMesh`) with another seed, so another
+    first node of farthest point sampling (or another random subset), and the latent weights found
+    again for it. The seed of sample ``i`` in epoch ``e`` is drawn from
+    ``numpy.random.default_rng([seed, e, i])``, so runs, resumed runs and the processes of a split
+    mesh (which read the whole sample before taking their part) draw alike. Call
+    :meth:`set_epoch` before each epoch."""
+
+    def __init__(self, dataset: Sequence[Data], latent, seed: int = 0):
+        if latent.num_points is None:
+            raise ConfigError("latent_resample needs a latent mesh of latent_points nodes")
+        self.dataset, self.latent = dataset, latent
+        self.seed = int(seed) % 2**64  # SeedSequence entropy is non-negative
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def seed_of(self, index: int) -> int:
+        """The latent mesh's seed for sample ``index`` in the current epoch."""
+        rng = np.random.default_rng([self.seed, self.epoch, int(index) % len(self)])
+        return int(rng.integers(2**31 - 1))
+
+    def __getitem__(self, index: int) -> Data:
+        latent = dataclasses.replace(self.latent, seed=self.seed_of(index))
+        return latent(self.dataset[index])
+
+
+__all__ = ["LatentResamples", "PeriodicShifts", "check_periodic_grid", "coordinate_channels"]

@@ -85,6 +85,15 @@ class TrainConfig:
             sample)``, so runs and resumed runs repeat them; test errors are computed on unshifted
             samples. Training samples without ``grid_shape`` are refused before the first epoch
             (and so is ``node_fraction``, which subsamples meshes).
+        latent_resample: data augmentation for models with a latent mesh of ``latent_points``
+            nodes: every epoch reads each training sample with a new latent mesh, chosen as
+            ``latent_sampling`` says from another random first node (farthest point sampling) or
+            another random subset, its weights found again
+            (:class:`meshop.train.augment.LatentResamples`), so that the model does not learn one
+            latent mesh per sample: on a finer mesh of the same domain, whose farthest point
+            sample differs, such a model loses accuracy (PiT on the Darcy grid,
+            ``benchmarks.accuracy.folder_zero_shot``). The draws follow ``(seed, epoch,
+            sample)``; test errors and predictions use the seeded latent mesh.
         split_mesh: under torchrun, every process trains on the same batches, each holding its
             own part of every sample's nodes (:mod:`meshop.train.split`: one mesh over the
             processes, :func:`meshop.nn.splitting.split_mesh`), instead of other samples (data
@@ -124,6 +133,7 @@ class TrainConfig:
     chunk_nodes: int | None = None
     node_fraction: float | None = None
     periodic_shift: bool = False
+    latent_resample: bool = False
     split_mesh: bool = False
 
     def __post_init__(self) -> None:
@@ -180,6 +190,17 @@ class TrainConfig:
                 "periodic_shift rolls the fields of uniform grids, whose nodes node_fraction "
                 "cannot subsample (a grid keeps its shape): give node_fraction = None or "
                 "periodic_shift = false"
+            )
+        if not isinstance(self.latent_resample, bool):
+            raise ConfigError(
+                f"latent_resample must be true or false (a new latent mesh of every training "
+                f"sample each epoch), got {self.latent_resample!r}"
+            )
+        if self.latent_resample and self.latent_points is None:
+            raise ConfigError(
+                "latent_resample draws a new latent mesh of latent_points nodes each epoch, but "
+                f"latent_points is None (latent_grid: {self.latent_grid}): give latent_points, "
+                "or latent_resample = false"
             )
         if not isinstance(self.split_mesh, bool):
             raise ConfigError(

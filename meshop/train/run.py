@@ -127,6 +127,8 @@ def settings_report(plan: RunPlan) -> str:
         latent = f"a {' x '.join(map(str, config.latent_grid))} grid over each sample"
     elif config.latent_points is not None:
         latent = f"{config.latent_points} nodes of each sample ({config.latent_sampling})"
+        if config.latent_resample:
+            latent += ", a new one every epoch in training"
     else:
         latent = "none (the input mesh)"
     if not getattr(plan.model_class, "uses_latent_mesh", True):  # no Operator: may use one

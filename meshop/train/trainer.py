@@ -25,7 +25,12 @@ from meshop.data.subsample import NodeSubsets
 from meshop.errors import ConfigError
 from meshop.nn.edge_cache import no_edge_cache
 from meshop.train import checkpoint as ckpt_io
-from meshop.train.augment import PeriodicShifts, check_periodic_grid, coordinate_channels
+from meshop.train.augment import (
+    LatentResamples,
+    PeriodicShifts,
+    check_periodic_grid,
+    coordinate_channels,
+)
 from meshop.train.config import TrainConfig
 from meshop.train.data import PreparedData
 from meshop.train.distributed import DistContext, all_gather_objects, all_reduce_sum, barrier, setup
@@ -174,6 +179,10 @@ class Trainer:
             steps_on = self.shifts = PeriodicShifts(
                 steps_on, c.seed, coordinate_channels(self.meta)
             )
+        # every epoch a new latent mesh of every sample (latent_resample)
+        self.resamples: LatentResamples | None = None
+        if c.latent_resample:
+            steps_on = self.resamples = LatentResamples(steps_on, self.latent, c.seed)
         # every epoch on new random node subsets with node_fraction (of the shifted samples)
         if c.node_fraction is not None and c.node_fraction < 1:
             steps_on = NodeSubsets(steps_on, c.node_fraction)
@@ -289,8 +298,9 @@ class Trainer:
         c = self.config
         self.net.train()
         self.sampler.set_epoch(self.epoch)
-        if self.shifts is not None:
-            self.shifts.set_epoch(self.epoch)
+        for view in (self.shifts, self.resamples):
+            if view is not None:
+                view.set_epoch(self.epoch)
         total, count, start = 0.0, 0, time.perf_counter()
         bar = tqdm(
             self.loader,

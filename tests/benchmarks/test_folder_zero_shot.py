@@ -46,3 +46,10 @@ def test_folder_runs_are_evaluated_at_every_level(tmp_path):
     folder_zero_shot.main([*argv, "--runs", str(runs), "--out", str(out), "--resume"])
     assert json.loads((out / "folder_zero_shot.json").read_text())["records"] == [record]
     assert not (runs / "darcy-mlp-seed0" / "checkpoint.pt").exists()
+    # a setting over the folder rules: rows of their own, named with it, beside the defaults'
+    folder_zero_shot.main([*argv, "--runs", str(runs), "--out", str(out), "--resume",
+                           "--train-arg", "lr=0.002"])  # fmt: skip
+    both = json.loads((out / "folder_zero_shot.json").read_text())["records"]
+    assert both[0] == record and both[1]["train_args"] == ["lr=0.002"]
+    assert "lr 0.002" in both[1]["settings"] and "lr 0.002" not in record["settings"]
+    assert "| MLP baseline, lr=0.002 |" in (out / "folder_zero_shot.md").read_text()

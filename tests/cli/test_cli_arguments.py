@@ -132,7 +132,7 @@ BAD_INPUTS = [
         "normalize_params, normalize_pos, seed, eval_every, latent_points, latent_grid, "
         "latent_sampling, num_workers, device, metrics_format, progress, "
         "find_unused_parameters, compile, chunk_nodes, node_fraction, periodic_shift, "
-        "split_mesh)",
+        "latent_resample, split_mesh)",
     ),
     (
         ["--train-arg", "latent_sampling=2"],

@@ -135,6 +135,7 @@ def test_folder_defaults_scale_with_the_size_and_number_of_the_meshes():
         "lr": 5e-3,
         "clip": 1.0,
         "epochs": 100,  # 500 steps an epoch: the 100 epochs of the mesh datasets
+        "latent_resample": True,  # a new latent mesh each epoch: the same error on finer meshes
     }
     assert pit["model"] == {"width": 64, "encoder_quantile": 0.02, "decoder_quantile": 0.048}
     page = (ROOT / "docs" / "training.md").read_text()
@@ -142,6 +143,7 @@ def test_folder_defaults_scale_with_the_size_and_number_of_the_meshes():
     assert "| a quarter of the nodes, between 64 and 512 | 248 (preset: 256) |" in page
     assert "input nodes | 0.02 (paper: 0.02) |" in page
     assert "| a quantile holding 12 latent nodes | 0.048 |" in page
+    assert "| a new one of every sample each epoch (`latent_resample`)" in page
     transolver = folder_rules("transolver", elasticity)
     assert transolver["model"] == {"width": 64, "layers": 4, "heads": 4, "slices": 32}
     assert transolver["train"] == {"batch_size": 8, "epochs": 100}
