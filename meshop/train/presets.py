@@ -234,14 +234,19 @@ def preset(dataset: str, model: str, data: DataSummary | None = None) -> dict[st
 @dataclass(frozen=True)
 class DataSummary:
     """What the folder defaults are chosen from: the median number of nodes of a sample, the
-    spatial dimension, and the number of training samples."""
+    spatial dimension, the number of training samples, and whether the samples read share one
+    mesh (the same nodes, as on a uniform grid)."""
 
     nodes: int
     dim: int
     samples: int
+    shared_mesh: bool = False
 
     def __str__(self) -> str:
-        return f"{self.samples} training samples of about {self.nodes:,} nodes in {self.dim}D"
+        shared = ", all on one mesh" if self.shared_mesh else ""
+        return (
+            f"{self.samples} training samples of about {self.nodes:,} nodes in {self.dim}D{shared}"
+        )
 
 
 #: samples read to find the typical mesh size of a folder
@@ -251,13 +256,17 @@ SUMMARY_SAMPLES = 5
 def summarize_data(samples) -> DataSummary:
     """The :class:`DataSummary` of a training split (the median size of its first
     :data:`SUMMARY_SAMPLES` samples: a folder's files are read, not the whole folder)."""
-    sizes, dim = [], 0
+    sizes, dim, meshes = [], 0, []
     for index in range(min(len(samples), SUMMARY_SAMPLES)):
         pos = samples[index].pos
         sizes.append(int(pos.shape[0]))
         dim = int(pos.shape[1])
+        meshes.append(pos)
     nodes = sorted(sizes)[len(sizes) // 2] if sizes else 0
-    return DataSummary(nodes=nodes, dim=dim, samples=len(samples))
+    shared = len(meshes) > 1 and all(
+        m.shape == meshes[0].shape and bool((m == meshes[0]).all()) for m in meshes[1:]
+    )
+    return DataSummary(nodes=nodes, dim=dim, samples=len(samples), shared_mesh=shared)
 
 
 #: the models' CPU sizes on the generated mesh datasets (PAIR_PRESETS), for a folder of meshes
@@ -298,9 +307,11 @@ def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
     - PiT: a latent mesh of a quarter of the nodes (:data:`PIT_LATENT`), quantile receptive
       fields holding about ``max(20, 2 n / latent)`` sources in the encoder and 12 latent nodes in
       the decoder (so they cover the same area on finer meshes of the same domains), batch 2,
-      lr 5e-3 and clipping 1 (the mesh datasets' PiT settings), and a new latent mesh of every
-      sample each epoch (``latent_resample``: trained on one latent mesh per sample, PiT loses
-      accuracy on a grid finer than its training grid, whose farthest point sample differs;
+      lr 5e-3 and clipping 1 (the mesh datasets' PiT settings); when the samples share one
+      mesh (a uniform grid), a new latent mesh of every sample each epoch (``latent_resample``:
+      trained on the one latent mesh of such a folder, PiT loses accuracy on a finer grid, whose
+      farthest point sample differs; on folders of meshes of their own it does not, and
+      resampling costs it accuracy at the training resolution;
       ``benchmarks.accuracy.folder_zero_shot``);
     - the other models: batches of about :data:`BATCH_NODES` nodes (1 to 8 samples); the
       Galerkin and Fourier Transformers a latent mesh of a quarter of the nodes
@@ -318,7 +329,9 @@ def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
         latent = min(max(n // 4, lo), hi, n)
         encoder = min(max(PIT_ENCODER_SOURCES / n, 2 / latent), 1.0)
         decoder = min(PIT_DECODER_SOURCES / latent, 1.0)
-        train.update(latent_points=latent, batch_size=2, lr=5e-3, clip=1.0, latent_resample=True)
+        train.update(latent_points=latent, batch_size=2, lr=5e-3, clip=1.0)
+        if data.shared_mesh:
+            train["latent_resample"] = True
         model_args.update(
             encoder_quantile=float(f"{encoder:.2g}"), decoder_quantile=float(f"{decoder:.2g}")
         )

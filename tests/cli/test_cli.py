@@ -302,7 +302,7 @@ def test_train_prints_the_settings_it_resolved_once_before_training(mesh_folder,
         # median of 25, 36 and 49), so every node is latent, 20 sources of 36 in the encoder
         # and 12 latent nodes of 36 in the decoder, batch 2, lr 5e-3 and clipping 1
         "  receptive fields  encoder_quantile=0.56, decoder_quantile=0.33, encoder_k=4\n"
-        "  latent mesh       36 nodes of each sample (fps), a new one every epoch in training\n"
+        "  latent mesh       36 nodes of each sample (fps)\n"
         "  optimiser         adam, lr 0.005, weight decay 0, gradient clipping 1.0\n"
         "  schedule          cosine\n"
         "  training          epochs 1, batch 2, seed 0\n"
@@ -315,7 +315,7 @@ def test_train_prints_the_settings_it_resolved_once_before_training(mesh_folder,
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())
     assert recorded["train"]["latent_points"] == 36 and recorded["train"]["pct_start"] == 0.2
     assert recorded["train"]["batch_size"] == 2 and recorded["train"]["lr"] == 5e-3
-    assert recorded["train"]["latent_resample"] is True
+    assert recorded["train"]["latent_resample"] is False  # meshes of their own
     assert recorded["model_args"] == {
         "width": 8,
         "encoder_quantile": 0.56,

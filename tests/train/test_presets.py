@@ -135,7 +135,6 @@ def test_folder_defaults_scale_with_the_size_and_number_of_the_meshes():
         "lr": 5e-3,
         "clip": 1.0,
         "epochs": 100,  # 500 steps an epoch: the 100 epochs of the mesh datasets
-        "latent_resample": True,  # a new latent mesh each epoch: the same error on finer meshes
     }
     assert pit["model"] == {"width": 64, "encoder_quantile": 0.02, "decoder_quantile": 0.048}
     page = (ROOT / "docs" / "training.md").read_text()
@@ -143,7 +142,9 @@ def test_folder_defaults_scale_with_the_size_and_number_of_the_meshes():
     assert "| a quarter of the nodes, between 64 and 512 | 248 (preset: 256) |" in page
     assert "input nodes | 0.02 (paper: 0.02) |" in page
     assert "| a quantile holding 12 latent nodes | 0.048 |" in page
-    assert "| a new one of every sample each epoch (`latent_resample`)" in page
+    assert (
+        "| when the samples share one mesh (a grid): a new one of every sample each epoch" in page
+    )
     transolver = folder_rules("transolver", elasticity)
     assert transolver["model"] == {"width": 64, "layers": 4, "heads": 4, "slices": 32}
     assert transolver["train"] == {"batch_size": 8, "epochs": 100}
@@ -192,6 +193,34 @@ def test_folder_defaults_sit_under_the_explicit_settings_and_only_for_folders():
     summary = summarize_data(samples)  # the median of the first five, all of them counted
     assert summary == DataSummary(nodes=30, dim=3, samples=6)
     assert str(summary) == "6 training samples of about 30 nodes in 3D"
+
+
+def test_pit_resamples_its_latent_mesh_on_a_folder_of_one_shared_mesh():
+    """Samples on one mesh (a grid) would give PiT one latent mesh to learn: it gets a new one each
+    epoch there; samples on meshes of their own keep theirs (resampling costs accuracy)."""
+    from meshop.data import from_points
+    from meshop.train.presets import DataSummary, folder_rules, summarize_data
+
+    grid = torch.rand(40, 2)
+    shared = [from_points(grid.clone(), torch.rand(40, 1)) for _ in range(4)]
+    assert summarize_data(shared).shared_mesh
+    assert (
+        str(summarize_data(shared)) == "4 training samples of about 40 nodes in 2D, all on one mesh"
+    )
+    own = [from_points(torch.rand(40, 2)) for _ in range(4)]
+    assert not summarize_data(own).shared_mesh
+    moved = [*shared[:3], from_points(grid + 1e-3)]  # one sample's nodes elsewhere
+    assert not summarize_data(moved).shared_mesh
+    assert not summarize_data(shared[:1]).shared_mesh  # one sample: nothing to tell
+    rules = folder_rules("pit", DataSummary(nodes=484, dim=2, samples=160, shared_mesh=True))
+    assert rules["train"]["latent_resample"] is True
+    rules = folder_rules("pit", DataSummary(nodes=995, dim=2, samples=160))
+    assert "latent_resample" not in rules["train"]
+    # the other models' rules do not resample (measured for PiT only)
+    galerkin = folder_rules(
+        "galerkin", DataSummary(nodes=484, dim=2, samples=160, shared_mesh=True)
+    )
+    assert "latent_resample" not in galerkin["train"]
 
 
 @pytest.mark.parametrize("model", ["pit", "ono", "transolver"])
