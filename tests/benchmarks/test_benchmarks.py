@@ -837,7 +837,8 @@ def test_summary_says_when_and_under_which_load_each_result_file_was_measured():
     data = copy.deepcopy(_results())
     data["models"]["machine"] |= {"date": "2026-01-02 03:04 UTC", "commit": "abc1234"}
     data["models"]["machine"]["load"] = [0.5, 0.75, 1.25]
-    data["large_meshes"]["machine"].pop("load", None)
+    data["large_meshes"]["machine"].pop("load", None)  # an older record: no load, no commit
+    data["large_meshes"]["machine"].pop("commit", None)
     data["large_meshes"]["machine"] |= {"date": "2026-01-01 00:00 UTC", "note": "busy"}
     text = summary.table(data)
     assert (
