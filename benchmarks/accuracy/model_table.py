@@ -300,6 +300,9 @@ def main(argv=None) -> None:
     if args.single_seed:
         info["single_seed"] = args.single_seed
     info.update(quick=args.quick, jobs=args.jobs, wall_seconds=time.perf_counter() - start)
+    if not todo:  # every pair read from an earlier run's records: this command trained none
+        info["resumed"] = True
+        del info["wall_seconds"]
     path = args.out / f"{args.name}.json"
     if args.update and path.exists():
         info, records = merged(path, info, records, args.forget)
@@ -483,6 +486,12 @@ def write_tables(results: Path, path: Path) -> str:
             f"; the whole command took {info['wall_seconds'] / 60:.1f} min with {info['jobs']} "
             "run(s) side by side"
             if "wall_seconds" in info
+            else ""
+        )
+        + (
+            "; every pair was read from the records of an earlier run of the same budget and "
+            "seeds (--resume): this command trained none, the commit is the redrawing one"
+            if info.get("resumed")
             else ""
         )
         + ". The load column is the machine's one-minute load average when a run started: above "

@@ -186,6 +186,8 @@ def test_accuracy_script_trains_within_budget_and_evaluates_finer_grids(tmp_path
     assert trained == []
     resumed = json.loads((tmp_path / "resumed" / "accuracy.json").read_text())["records"]
     assert resumed == records
+    page = (tmp_path / "resumed" / "accuracy.md").read_text()  # says it trained none
+    assert "this command trained none" in page and "the whole command took" not in page
     accuracy.main([*args, "--out", str(tmp_path / "other"), "--resume", "--epochs", "2"])
     assert trained == ["pit", "mlp"]
     accuracy.main([*args, "--out", str(tmp_path / "fresh")])  # no --resume: starts over
