@@ -106,8 +106,13 @@ class LatentResamples(Sequence):
     :meth:`set_epoch` before each epoch."""
 
     def __init__(self, dataset: Sequence[Data], latent, seed: int = 0):
-        if latent.num_points is None:
-            raise ConfigError("latent_resample needs a latent mesh of latent_points nodes")
+        if latent is None or latent.num_points is None:
+            grid = None if latent is None else latent.grid_shape
+            raise ConfigError(
+                "latent_resample draws a new latent mesh of latent_points nodes each epoch, but "
+                f"latent_points is None (latent_grid: {grid}): give latent_points, or "
+                "latent_resample = false"
+            )
         self.dataset, self.latent = dataset, latent
         self.seed = int(seed) % 2**64  # SeedSequence entropy is non-negative
         self.epoch = 0

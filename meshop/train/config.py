@@ -196,12 +196,6 @@ class TrainConfig:
                 f"latent_resample must be true or false (a new latent mesh of every training "
                 f"sample each epoch), got {self.latent_resample!r}"
             )
-        if self.latent_resample and self.latent_points is None:
-            raise ConfigError(
-                "latent_resample draws a new latent mesh of latent_points nodes each epoch, but "
-                f"latent_points is None (latent_grid: {self.latent_grid}): give latent_points, "
-                "or latent_resample = false"
-            )
         if not isinstance(self.split_mesh, bool):
             raise ConfigError(
                 f"split_mesh must be true or false (each sample's nodes split over the processes "

@@ -330,3 +330,17 @@ def test_train_prints_the_settings_it_resolved_once_before_training(mesh_folder,
     assert "  latent mesh       not used by galerkin\n" in out
     schedule = "onecycle: lr / 10000 -> lr at 30% of the steps -> lr / 10000"
     assert f"  schedule          {schedule}\n" in out
+
+
+def test_latent_resample_on_the_command_line_takes_the_folder_rules_latent_mesh(
+    mesh_folder, tmp_path, capsys
+):
+    """The option is checked against the settings after the folder rules gave latent_points."""
+    argv = ["train", "--dataset", "folder", "--data-dir", mesh_folder, "--no-progress"]
+    argv += ["--dataset-arg", 'inputs="a"', "--dataset-arg", 'targets=["u"]', "--epochs", 1]
+    argv += ["--model", "pit", "--model-arg", "width=8", "--model-arg", "layers=1"]
+    argv += ["--train-arg", "latent_resample=true", "--out", tmp_path / "run", "--no-figures"]
+    out = run_ok(argv, capsys)
+    assert "36 nodes of each sample (fps), a new one every epoch in training" in out
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert recorded["train"]["latent_resample"] is True
