@@ -315,7 +315,9 @@ def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
       ``benchmarks.accuracy.folder_zero_shot``);
     - the other models: batches of about :data:`BATCH_NODES` nodes (1 to 8 samples); the
       Galerkin and Fourier Transformers a latent mesh of a quarter of the nodes
-      (:data:`GALERKIN_LATENT`), so that their cost is linear in the mesh size;
+      (:data:`GALERKIN_LATENT`), so that their cost is linear in the mesh size, resampled each
+      epoch as PiT's when the samples share one mesh (on the Darcy grid they lost 1.5-1.8x on
+      finer grids without);
     - at least :data:`MIN_STEPS` optimisation steps (more epochs for a folder of few samples),
       100 epochs at least and 1000 at most;
     - samples of more than 131,072 nodes are trained in checkpointed chunks (the default of
@@ -340,6 +342,8 @@ def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
         if model in ("galerkin", "fourier"):
             lo, hi = GALERKIN_LATENT
             train["latent_points"] = min(max(n // 4, lo), hi, n)
+            if data.shared_mesh:  # as PiT's: one latent mesh to learn otherwise
+                train["latent_resample"] = True
     steps = max(-(-data.samples // train["batch_size"]), 1)  # per epoch
     train["epochs"] = min(
         max(DATASET_PRESETS["folder"]["train"]["epochs"], -(-MIN_STEPS // steps)), 1000

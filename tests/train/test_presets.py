@@ -216,11 +216,13 @@ def test_pit_resamples_its_latent_mesh_on_a_folder_of_one_shared_mesh():
     assert rules["train"]["latent_resample"] is True
     rules = folder_rules("pit", DataSummary(nodes=995, dim=2, samples=160))
     assert "latent_resample" not in rules["train"]
-    # the other models' rules do not resample (measured for PiT only)
-    galerkin = folder_rules(
-        "galerkin", DataSummary(nodes=484, dim=2, samples=160, shared_mesh=True)
-    )
-    assert "latent_resample" not in galerkin["train"]
+    # the Galerkin and Fourier Transformers' latent meshes too; the models without none
+    grid = DataSummary(nodes=484, dim=2, samples=160, shared_mesh=True)
+    for model in ("galerkin", "fourier"):
+        assert folder_rules(model, grid)["train"]["latent_resample"] is True
+        assert "latent_resample" not in folder_rules(model, DataSummary(484, 2, 160))["train"]
+    for model in ("ono", "transolver", "mlp"):
+        assert "latent_resample" not in folder_rules(model, grid)["train"]
 
 
 @pytest.mark.parametrize("model", ["pit", "ono", "transolver"])
