@@ -311,7 +311,8 @@ def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
       mesh (a uniform grid), a new latent mesh of every sample each epoch (``latent_resample``:
       trained on the one latent mesh of such a folder, PiT loses accuracy on a finer grid, whose
       farthest point sample differs; on folders of meshes of their own it does not, and
-      resampling costs it accuracy at the training resolution;
+      resampling raised its error at the training resolution on Elasticity, lowered it on
+      DarcyMesh;
       ``benchmarks.accuracy.folder_zero_shot``);
     - the other models: batches of about :data:`BATCH_NODES` nodes (1 to 8 samples); the
       Galerkin and Fourier Transformers a latent mesh of a quarter of the nodes
