@@ -27,17 +27,15 @@ from benchmarks.lib import common
 MODELS = ("pit", "galerkin", "ono", "transolver", "mlp")
 #: PiT's latent mesh (the folder rule would give the training meshes' quarter, 64 nodes)
 LATENT = {"pit": 256}
-#: ``meshop predict`` in a process that also prints, as its last line, the estimate it made and
-#: the seconds of the model's chunked forward pass (JSON)
+#: ``meshop predict`` in a process that also prints, as its last line, the estimate it made, the
+#: seconds of each phase (the model's chunked forward pass after the estimate's) and its peak (JSON)
 PREDICT = """
 import json, sys, time
 import meshop.train.inference as inference
 from meshop.cli import main
 
-said, forward, peaks, phases = {}, [0.0, 0.0], [], {}
-estimate, walk, reset = (
-    inference.estimate_prediction, inference.predict_in_chunks, inference._reset_peak
-)
+said, after_estimate, peaks, phases = {}, [0.0], [], {}
+reset = inference._reset_peak
 
 def phase(name, function):  # the seconds spent in a function, added to phases[name]
     def timed(*args, **kwargs):
@@ -56,32 +54,27 @@ def resetting():  # the estimate resets the high-water mark: keep the peak befor
     peaks.append(high_water())
     return reset()
 
-def timed(*args, **kwargs):
-    start = time.perf_counter()
-    try:
-        return walk(*args, **kwargs)
-    finally:
-        forward[0] += time.perf_counter() - start
+def recording(estimate):
+    def estimated(*args, **kwargs):
+        made = estimate(*args, **kwargs)
+        said.update(vars(made))
+        phases.pop("forward_s", None)  # the probe's passes are not the prediction's
+        after_estimate[0] = time.perf_counter()
+        return made
+    return estimated
 
-def estimated(*args, **kwargs):
-    made = estimate(*args, **kwargs)
-    said.update(vars(made))
-    forward[:] = [0.0, time.perf_counter()]  # the probe's passes are not the prediction's
-    return made
-
-inference.estimate_prediction, inference.predict_in_chunks = estimated, timed
 inference._reset_peak = resetting
+inference.predict_in_chunks = phase("forward_s", inference.predict_in_chunks)
+inference.estimate_prediction = phase("estimate_s", recording(inference.estimate_prediction))
 inference.read_inputs = phase("read_s", inference.read_inputs)
 inference.write_mesh = phase("write_s", inference.write_mesh)
-inference.estimate_prediction = phase("estimate_s", inference.estimate_prediction)
 inference.load_model = phase("load_s", inference.load_model)
 began = time.perf_counter()
 code = main(sys.argv[1:])
 ended = time.perf_counter()
 peak = max([*peaks, high_water()])
-rest = ended - forward[1]
 print(json.dumps({
-    **said, **phases, "forward_s": forward[0], "rest_s": rest, "peak_bytes": peak,
+    **said, **phases, "rest_s": ended - after_estimate[0], "peak_bytes": peak,
     "command_s": ended - began,
 }))
 sys.exit(code)
