@@ -62,21 +62,15 @@ def coordinate_channels(meta: dict) -> tuple[int, ...]:
     return tuple(channels)
 
 
-class PeriodicShifts(Sequence):
-    """A view of training samples whose every access rolls the sample's ``x`` and ``y`` by the same
-    random number of nodes along each axis of its grid (:func:`meshop.data.grid.roll_grid`); the
-    coordinates, latent mesh and weights stay, and so do the ``keep_x`` channels of ``x``.
+class EpochDraws(Sequence):
+    """A view of training samples whose random draws for sample ``i`` in epoch ``e`` come from
+    ``numpy.random.default_rng([seed, e, i])`` (:meth:`rng`): runs with equal seeds, resumed runs
+    and runs with DataLoader workers or several processes all draw alike. Call :meth:`set_epoch`
+    before each epoch, as for a distributed sampler."""
 
-    The shifts of sample ``i`` in epoch ``e`` are drawn from ``numpy.random.default_rng([seed, e,
-    i])``, uniformly in ``0 .. n - 1`` per axis of ``n`` nodes: runs with equal seeds, resumed
-    runs and runs with DataLoader workers or several processes all shift alike. Call
-    :meth:`set_epoch` before each epoch, as for a distributed sampler.
-    """
-
-    def __init__(self, dataset: Sequence[Data], seed: int = 0, keep_x: Sequence[int] = ()):
+    def __init__(self, dataset: Sequence[Data], seed: int = 0):
         self.dataset = dataset
         self.seed = int(seed) % 2**64  # SeedSequence entropy is non-negative
-        self.keep_x = tuple(int(c) for c in keep_x)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -85,9 +79,27 @@ class PeriodicShifts(Sequence):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    def rng(self, index: int) -> np.random.Generator:
+        """The generator of sample ``index``'s draws in the current epoch."""
+        return np.random.default_rng([self.seed, self.epoch, int(index) % len(self)])
+
+
+class PeriodicShifts(EpochDraws):
+    """A view of training samples whose every access rolls the sample's ``x`` and ``y`` by the same
+    random number of nodes along each axis of its grid (:func:`meshop.data.grid.roll_grid`); the
+    coordinates, latent mesh and weights stay, and so do the ``keep_x`` channels of ``x``.
+
+    The shifts of sample ``i`` in epoch ``e`` are drawn uniformly in ``0 .. n - 1`` per axis of
+    ``n`` nodes, from :meth:`~EpochDraws.rng`.
+    """
+
+    def __init__(self, dataset: Sequence[Data], seed: int = 0, keep_x: Sequence[int] = ()):
+        super().__init__(dataset, seed)
+        self.keep_x = tuple(int(c) for c in keep_x)
+
     def shifts(self, index: int, shape: Sequence[int]) -> tuple[int, ...]:
         """The shift of sample ``index`` in the current epoch, one number of nodes per axis."""
-        rng = np.random.default_rng([self.seed, self.epoch, int(index) % len(self)])
+        rng = self.rng(index)
         return tuple(int(rng.integers(int(n))) for n in shape)
 
     def __getitem__(self, index: int) -> Data:
@@ -96,14 +108,13 @@ class PeriodicShifts(Sequence):
         return roll_grid(data, self.shifts(index, data.grid_shape), self.keep_x)
 
 
-class LatentResamples(Sequence):
+class LatentResamples(EpochDraws):
     """A view of training samples whose every access gives the sample a new latent mesh: the
     ``latent`` transform (:class:`meshop.train.data.LatentMesh`) with another seed, so another
     first node of farthest point sampling (or another random subset), and the latent weights found
-    again for it. The seed of sample ``i`` in epoch ``e`` is drawn from
-    ``numpy.random.default_rng([seed, e, i])``, so runs, resumed runs and the processes of a split
-    mesh (which read the whole sample before taking their part) draw alike. Call
-    :meth:`set_epoch` before each epoch."""
+    again for it. The seed of sample ``i`` in epoch ``e`` comes from :meth:`~EpochDraws.rng`, so
+    the processes of a split mesh (which read the whole sample before taking their part) draw
+    alike too."""
 
     def __init__(self, dataset: Sequence[Data], latent, seed: int = 0):
         if latent is None or latent.num_points is None:
@@ -113,20 +124,12 @@ class LatentResamples(Sequence):
                 f"latent_points is None (latent_grid: {grid}): give latent_points, or "
                 "latent_resample = false"
             )
-        self.dataset, self.latent = dataset, latent
-        self.seed = int(seed) % 2**64  # SeedSequence entropy is non-negative
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return len(self.dataset)
+        super().__init__(dataset, seed)
+        self.latent = latent
 
     def seed_of(self, index: int) -> int:
         """The latent mesh's seed for sample ``index`` in the current epoch."""
-        rng = np.random.default_rng([self.seed, self.epoch, int(index) % len(self)])
-        return int(rng.integers(2**31 - 1))
+        return int(self.rng(index).integers(2**31 - 1))
 
     def __getitem__(self, index: int) -> Data:
         latent = dataclasses.replace(self.latent, seed=self.seed_of(index))

@@ -263,9 +263,7 @@ def summarize_data(samples) -> DataSummary:
         dim = int(pos.shape[1])
         meshes.append(pos)
     nodes = sorted(sizes)[len(sizes) // 2] if sizes else 0
-    shared = len(meshes) > 1 and all(
-        m.shape == meshes[0].shape and bool((m == meshes[0]).all()) for m in meshes[1:]
-    )
+    shared = len(meshes) > 1 and all(m.equal(meshes[0]) for m in meshes[1:])
     return DataSummary(nodes=nodes, dim=dim, samples=len(samples), shared_mesh=shared)
 
 
@@ -333,8 +331,6 @@ def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
         encoder = min(max(PIT_ENCODER_SOURCES / n, 2 / latent), 1.0)
         decoder = min(PIT_DECODER_SOURCES / latent, 1.0)
         train.update(latent_points=latent, batch_size=2, lr=5e-3, clip=1.0)
-        if data.shared_mesh:
-            train["latent_resample"] = True
         model_args.update(
             encoder_quantile=float(f"{encoder:.2g}"), decoder_quantile=float(f"{decoder:.2g}")
         )
@@ -343,8 +339,8 @@ def folder_rules(model: str, data: DataSummary) -> dict[str, dict[str, Any]]:
         if model in ("galerkin", "fourier"):
             lo, hi = GALERKIN_LATENT
             train["latent_points"] = min(max(n // 4, lo), hi, n)
-            if data.shared_mesh:  # as PiT's: one latent mesh to learn otherwise
-                train["latent_resample"] = True
+    if data.shared_mesh and "latent_points" in train:  # one latent mesh to learn otherwise
+        train["latent_resample"] = True
     steps = max(-(-data.samples // train["batch_size"]), 1)  # per epoch
     train["epochs"] = min(
         max(DATASET_PRESETS["folder"]["train"]["epochs"], -(-MIN_STEPS // steps)), 1000
