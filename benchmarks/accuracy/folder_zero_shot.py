@@ -14,7 +14,6 @@ command line in a fresh process on one thread, ``--jobs`` runs side by side.
 from __future__ import annotations
 
 import json
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -107,10 +106,7 @@ def export(dataset: str, split: str, level: int, folder: Path, args) -> int:
 
 def meshop(*argv: str) -> str:
     """``python -m meshop ARGV`` in a new process; its output (stops the benchmark on failure)."""
-    run = common.run_process([sys.executable, "-m", "meshop", *argv])
-    if run["exit_code"] != 0:
-        raise SystemExit(f"meshop {' '.join(argv)} failed:\n{run['output']}")
-    return run["output"]
+    return common.run_python("-m", "meshop", *argv)["output"]
 
 
 def measure(dataset: str, model: str, folders: dict, args) -> dict:

@@ -258,6 +258,17 @@ def run_process(argv: Sequence[str], env=None, timeout=math.inf, sample=None) ->
     return result
 
 
+def run_python(*argv: str) -> dict:
+    """``python ARGV`` run in a new process (:func:`run_process`), the benchmark stopped with its
+    output when it fails."""
+    run = run_process([sys.executable, *argv])
+    if run["exit_code"] != 0:
+        raise SystemExit(
+            f"{' '.join(argv)} failed with status {run['exit_code']}:\n{run['output']}"
+        )
+    return run
+
+
 def dense_estimate(
     records: list[dict], key: dict, elements: int, default_k: float
 ) -> tuple[float, float]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -94,24 +93,13 @@ def square(side: int) -> meshio.Mesh:
     return meshio.Mesh(points, cells, point_data={"a": a, "u": a + points[:, 0]})
 
 
-def python(*argv: str) -> dict:
-    """Run ``python ARGV`` in a new process: its wall time (``seconds``), peak resident set
-    (``peak_mb``) and ``output``."""
-    run = common.run_process([sys.executable, *argv])
-    if run["exit_code"] != 0:
-        raise SystemExit(
-            f"{' '.join(argv)} failed with status {run['exit_code']}:\n{run['output']}"
-        )
-    return run
-
-
 def train(model: str, folder: Path, run: Path) -> None:
     argv = ["train", "--dataset", "folder", "--data-dir", str(folder), "--model", model]
     argv += ["--dataset-arg", 'inputs=["a"]', "--dataset-arg", 'targets=["u"]', "--epochs", "1"]
     argv += ["--batch-size", "4", "--out", str(run), "--no-progress", "--no-figures"]
     if model in LATENT:
         argv += ["--latent-points", str(LATENT[model])]
-    python("-m", "meshop", *argv)
+    common.run_python("-m", "meshop", *argv)
 
 
 def options(parser) -> None:
@@ -153,7 +141,7 @@ def main(argv=None) -> None:
                 argv = ["predict", "--checkpoint", str(run), "--mesh", str(path)]
                 argv += ["--out", str(tmp / "out.vtu"), "--overwrite", "--no-progress"]
                 argv += ["--threads", str(args.threads)]
-                done = python("-c", PREDICT, *argv)
+                done = common.run_python("-c", PREDICT, *argv)
                 lines = done["output"].strip().splitlines()
                 said = json.loads(lines[-1])
                 printed = [
