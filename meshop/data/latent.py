@@ -11,6 +11,13 @@ from meshop._pyg import Data, torch_cluster
 from meshop.data.domains import grid_points
 from meshop.errors import ConfigError, MeshError
 
+#: farthest point sampling of a sample with more nodes than this (and than
+#: :data:`FPS_OVERSAMPLE` times the nodes asked for) runs on a random subset of that many of its
+#: nodes: each step of the sampling scans every candidate, so on a 1e7-node mesh 256 latent nodes
+#: took 6.7 s, all of it spent telling apart nodes closer together than the subset's own spacing
+FPS_CANDIDATES = 2**18
+FPS_OVERSAMPLE = 64
+
 
 def farthest_point_sampling(
     pos: torch.Tensor, num_points: int, batch: torch.Tensor | None = None, seed: int | None = 0
@@ -20,16 +27,23 @@ def farthest_point_sampling(
     The first node of each sample is drawn from a ``torch.Generator`` seeded with ``seed`` (fresh
     entropy when None), so the result is deterministic when seeded and the global RNG is untouched.
     Samples with fewer nodes keep all of them. Nodes of a sample must be contiguous (as in a batch).
+    A sample of more than ``max(FPS_CANDIDATES, FPS_OVERSAMPLE * num_points)`` nodes is sampled
+    among that many of its nodes, drawn by the same generator (a large mesh: the chosen nodes
+    then lie about as far apart, found in a fraction of the time).
     """
     if num_points < 1:
         raise ConfigError(f"num_points must be positive, got {num_points}")
     if batch is None:
         batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
-    counts = torch.bincount(batch)
-    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     generator = torch.Generator()
     generator.manual_seed(seed) if seed is not None else generator.seed()
-    start = (torch.rand(len(counts), generator=generator) * counts.cpu()).long().to(pos.device)
+    first = torch.rand(int(batch.max()) + 1 if len(batch) else 0, generator=generator)
+    candidates = _fps_candidates(batch, num_points, generator)
+    if candidates is not None:
+        pos, batch = pos[candidates], batch[candidates]
+    counts = torch.bincount(batch)
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    start = (first[: len(counts)] * counts.cpu()).long().to(pos.device)
     # torch-cluster's own random start uses C rand(): start deterministically instead by swapping
     # each sample's chosen first node to the front and asking for a non-random start
     perm = torch.arange(len(pos), device=pos.device)
@@ -37,8 +51,28 @@ def farthest_point_sampling(
     # fps keeps ceil(ratio * n) nodes; (m - 0.5) / n makes that exactly m without rounding trouble
     ratio = (counts.clamp(max=num_points).to(torch.float64) - 0.5) / counts.to(torch.float64)
     ratio = ratio.clamp(min=1e-12, max=1.0).to(pos.dtype)
-    index = torch_cluster.fps(pos[perm], batch, ratio=ratio, random_start=False)
-    return perm[index]
+    index = perm[torch_cluster.fps(pos[perm], batch, ratio=ratio, random_start=False)]
+    return index if candidates is None else candidates[index]
+
+
+def _fps_candidates(
+    batch: torch.Tensor, num_points: int, generator: torch.Generator
+) -> torch.Tensor | None:
+    """The nodes farthest point sampling chooses among (in order), or None for all: every node
+    of a sample up to the limit of :func:`farthest_point_sampling`, a random subset of that many
+    nodes of a larger sample."""
+    limit = max(FPS_CANDIDATES, FPS_OVERSAMPLE * num_points)
+    counts = torch.bincount(batch).cpu()
+    if len(counts) == 0 or int(counts.max()) <= limit:
+        return None
+    parts, lo = [], 0
+    for n in counts.tolist():
+        if n <= limit:
+            parts.append(torch.arange(lo, lo + n))
+        else:
+            parts.append(lo + torch.randperm(n, generator=generator)[:limit].sort().values)
+        lo += n
+    return torch.cat(parts).to(batch.device)
 
 
 def add_latent_mesh(

@@ -65,6 +65,39 @@ def test_farthest_points_spread_over_the_domain():
     assert nearest < torch.cdist(pos, random).min(1).values.max()
 
 
+def test_farthest_point_sampling_of_a_large_sample_runs_on_a_subset_of_its_nodes(monkeypatch):
+    from meshop.data import latent
+
+    seen = []
+    fps = latent.torch_cluster.fps
+    monkeypatch.setattr(latent, "FPS_CANDIDATES", 1000)
+    monkeypatch.setattr(
+        latent.torch_cluster, "fps", lambda pos, *a, **k: seen.append(len(pos)) or fps(pos, *a, **k)
+    )
+    g = torch.Generator().manual_seed(0)
+    small, large = torch.rand(300, 2, generator=g), torch.rand(20_000, 2, generator=g)
+    batch = torch.tensor([0] * 300 + [1] * 20_000)
+    both = torch.cat([small, large])
+    index = farthest_point_sampling(both, 12, batch, seed=3)
+    assert seen == [300 + 1000]  # the small sample whole, 1000 of the large one's nodes
+    assert torch.equal(index, farthest_point_sampling(both, 12, batch, seed=3))  # seeded
+    assert torch.bincount(batch[index]).tolist() == [12, 12]
+    assert len(set(index.tolist())) == 24
+    # nodes of the sample they belong to, as far apart as those of the whole sample's sampling
+    picked = both[index[batch[index] == 1]]
+    monkeypatch.setattr(latent, "FPS_CANDIDATES", 10**9)
+    whole = farthest_point_sampling(both, 12, batch, seed=3)
+    assert torch.equal(whole[batch[whole] == 0], index[batch[index] == 0])  # small: unchanged
+    reference = both[whole[batch[whole] == 1]]
+    cover = torch.cdist(large, picked).min(1).values.max()
+    assert cover < 1.3 * torch.cdist(large, reference).min(1).values.max()
+    # at least FPS_OVERSAMPLE candidates per node asked for
+    seen.clear()
+    monkeypatch.setattr(latent, "FPS_CANDIDATES", 1000)
+    farthest_point_sampling(large, 100, seed=0)
+    assert seen == [100 * latent.FPS_OVERSAMPLE]
+
+
 def test_batching_meshes_of_different_sizes_with_latent_and_query_sets():
     samples = []
     for n, nq in [(30, 7), (80, 12), (55, 3)]:
