@@ -29,7 +29,8 @@ class Operator(nn.Module):
       sizes by dimension);
     - :meth:`features`: the node features, checked against ``pos_dim`` and ``in_channels``;
     - ``extra_repr`` from ``config`` (the three sizes and every argument not at its default);
-    - the registry's metadata as class attributes: :attr:`title` and :attr:`uses_latent_mesh`.
+    - the registry's metadata as class attributes: :attr:`title`, :attr:`uses_latent_mesh`
+      and :attr:`uses_weights`.
 
     When a subclass of a model has its own ``__init__`` that calls the model's, the model's
     ``__init__`` records the ``config`` (it runs last).
@@ -40,6 +41,9 @@ class Operator(nn.Module):
     #: the model attends through a latent mesh (``data.latent_pos``), which ``meshop train``
     #: prepares for it
     uses_latent_mesh: ClassVar[bool] = False
+    #: the model reads the domain's quadrature weights (``data.weight``); ``meshop predict``
+    #: computes none for one that does not
+    uses_weights: ClassVar[bool] = True
 
     config: dict[str, Any]
 

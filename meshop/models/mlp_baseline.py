@@ -37,6 +37,7 @@ class MLPBaseline(Operator):
     """
 
     title = "MLP baseline"
+    uses_weights = False  # pointwise: no integral over the domain
 
     def __init__(
         self,

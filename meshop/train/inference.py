@@ -39,6 +39,7 @@ from meshop.errors import (
     MeshReadError,
 )
 from meshop.models import ONO, GalerkinTransformer, Transolver
+from meshop.models.registry import model_class
 from meshop.nn.chunking import Walk
 from meshop.train.checkpoint import load, load_model
 from meshop.train.config import from_dict
@@ -630,6 +631,9 @@ def read_inputs(
             the names used in training (same order and components).
         params: the per-sample parameters, if the model was trained with them.
 
+    The domain has quadrature weights (``weight``) when the checkpoint's model reads them
+    (:attr:`~meshop.models.base.Operator.uses_weights`).
+
     Returns:
         ``(domain, [(input field name, components), ...])``.
 
@@ -662,7 +666,9 @@ def read_inputs(
                     f"{mesh}: field '{name}' has {have} components but the model was trained "
                     f"with {k}; give the same fields as in training"
                 )
-    data = from_meshio(meshio_mesh, names or None, **options)
+    name = ckpt.get("model_name")
+    reads_weights = name is None or getattr(model_class(name), "uses_weights", True)
+    data = from_meshio(meshio_mesh, names or None, weights=reads_weights, **options)
     if info["params_channels"]:
         if params is None:
             raise FieldError(

@@ -214,3 +214,15 @@ def test_meshop_predict_in_chunks_writes_the_same_predictions(trained, capsys):
     assert np.allclose(written["0"], written["7"], rtol=1e-5, atol=1e-6)
     assert main([*argv, "--chunk-nodes", "-1"]) == 2
     assert "--chunk-nodes must be a number of nodes >= 0" in capsys.readouterr().err
+
+
+def test_a_mesh_read_for_a_model_gets_quadrature_weights_only_when_the_model_reads_them(tmp_path):
+    path = _square(tmp_path)
+    for name, weighted in (("pit", True), ("galerkin", True), ("mlp", False), (None, True)):
+        ckpt = _info(input_fields=[["a", 1]])
+        if name is not None:
+            ckpt["model_name"] = name
+        data, _ = read_inputs(ckpt, path)
+        assert ("weight" in data) == weighted, name
+        if weighted:  # the square's two triangles lumped on their nodes
+            assert data.weight.tolist() == pytest.approx([1 / 3, 1 / 6, 1 / 3, 1 / 6])
