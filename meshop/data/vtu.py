@@ -27,16 +27,19 @@ reordered is converted a block of rows at a time.
 from __future__ import annotations
 
 import binascii
+import collections
 import os
 import re
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 from xml.etree import ElementTree
 from xml.sax.saxutils import quoteattr
 
 import meshio
 import numpy as np
+import torch
 from meshio._common import num_nodes_per_cell
 from meshio._vtk_common import (
     meshio_to_vtk_order,
@@ -69,6 +72,9 @@ _FIXED_CELLS = {
 _SECTIONS = ("Points", "Cells", "PointData", "CellData")
 #: bytes decoded at a time from an uncompressed base64 run (a multiple of 3 and of 8)
 _WINDOW = 3 << 20
+#: consecutive compressed blocks a reading thread inflates in one task (meshio writes blocks of
+#: 32 KiB, VTK of 32 or 64 KiB)
+_TASK_BLOCKS = 128
 _NON_SPACE = re.compile(r"\S")
 #: bytes of XML given to the parser at a time
 _FEED = 1 << 16
@@ -221,11 +227,14 @@ class _Reader:
         header = np.frombuffer(rest, self.header)
         block_size, last_size = int(header[0]), int(header[1])
         sink = self._blocks_sink(blocks, block_size, last_size, array.stored, array.dtype)
-        for k, compressed in enumerate(header[2:].tolist()):
-            data = file.read(compressed)
-            if len(data) != compressed:
+
+        def fetch(lo: int, hi: int) -> bytes:  # the blocks follow each other in the file
+            data = file.read(hi - lo)
+            if len(data) != hi - lo:
                 raise ValueError("appended data ends early")
-            sink.write(k * block_size, self._inflate(data, k, blocks, block_size, last_size))
+            return data
+
+        _inflate_blocks(sink, header[2:].tolist(), block_size, last_size, fetch)
         return sink.array
 
     @staticmethod
@@ -272,12 +281,47 @@ class _Reader:
         block_size, last_size = int(header[1]), int(header[2])
         sink = self._blocks_sink(blocks, block_size, last_size, stored, dtype)
         run = start + -(-head_bytes // 3) * 4  # the data's own base64 run follows the header's
-        ends = np.concatenate([[0], np.cumsum(header[3:], dtype=np.int64)]).tolist()
-        for k in range(blocks):
-            data = _b64_bytes(text, run, ends[k], ends[k + 1])
-            sink.write(k * block_size, self._inflate(data, k, blocks, block_size, last_size))
-        _check_run_end(text, run + -(-ends[-1] // 3) * 4)
+        sizes = header[3:].tolist()
+        fetch = lambda lo, hi: _b64_bytes(text, run, lo, hi)  # noqa: E731
+        _inflate_blocks(sink, sizes, block_size, last_size, fetch)
+        _check_run_end(text, run + -(-sum(sizes) // 3) * 4)
         return sink.array
+
+
+def _inflate_blocks(
+    sink: _Sink,
+    sizes: list[int],
+    block_size: int,
+    last_size: int,
+    fetch: Callable[[int, int], bytes],
+) -> None:
+    """Fill ``sink`` with zlib blocks of compressed ``sizes``: ``fetch(lo, hi)`` gives bytes
+    ``[lo, hi)`` of the blocks stored back to back, called in order on this thread, which fetches
+    the next :data:`_TASK_BLOCKS` blocks while torch's other threads inflate and copy the ones
+    before (zlib and numpy release the GIL)."""
+    blocks = len(sizes)
+    ends = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).tolist()
+
+    def inflate(k0: int, k1: int, data: bytes) -> None:
+        view = memoryview(data)
+        for k in range(k0, k1):
+            part = view[ends[k] - ends[k0] : ends[k + 1] - ends[k0]]
+            sink.write(k * block_size, _Reader._inflate(part, k, blocks, block_size, last_size))
+
+    tasks = [(k0, min(k0 + _TASK_BLOCKS, blocks)) for k0 in range(0, blocks, _TASK_BLOCKS)]
+    threads = torch.get_num_threads()
+    if threads <= 1 or len(tasks) <= 1:
+        for k0, k1 in tasks:
+            inflate(k0, k1, fetch(ends[k0], ends[k1]))
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        pending: collections.deque = collections.deque()
+        for k0, k1 in tasks:
+            pending.append(pool.submit(inflate, k0, k1, fetch(ends[k0], ends[k1])))
+            while len(pending) > 2 * threads:  # the fetched bytes waiting stay few
+                pending.popleft().result()
+        for task in pending:
+            task.result()
 
 
 def _connectivity_dtype(stored: np.dtype) -> np.dtype:

@@ -131,7 +131,16 @@ def test_files_of_write_mesh_equal_meshio(tmp_path, kwargs):
     assert_same_mesh(*read_both(write_mesh(tmp_path / "tet.vtu", tets, {"p": torch.rand(5)})))
 
 
-def test_many_compression_blocks_equal_meshio(tmp_path):
+@pytest.fixture(params=[1, 2], ids=["one-thread", "two-threads"])
+def threads(request):
+    """torch's thread count while the test runs: the reader inflates blocks on that many."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def test_many_compression_blocks_equal_meshio(tmp_path, threads):
     rng = np.random.default_rng(2)
     n = 200_000
     triangles = rng.integers(0, n, size=(2 * n, 3)).astype(np.int32)
@@ -145,6 +154,13 @@ def test_many_compression_blocks_equal_meshio(tmp_path):
     assert int(np.frombuffer(base64.b64decode(header[:8])[:4], "<u4")[0]) > 100
     ours, theirs = read_both(path)
     assert_same_mesh(ours, theirs)
+    # a block in the middle of the connectivity damaged: an error, from whichever thread
+    cells = text.index('Name="connectivity"')
+    middle = text.index(">", cells) + (text.index("</DataArray>", cells) - cells) // 2
+    damaged = text[:middle] + ("A" if text[middle] != "A" else "B") * 8 + text[middle + 8 :]
+    path.write_text(damaged)
+    with pytest.raises((ValueError, zlib.error)):
+        read_vtu(path)
 
 
 def test_connectivity_is_decoded_as_meshio_int64(tmp_path):
@@ -266,7 +282,7 @@ def raw_appended(inline_path, path) -> None:
 
 
 @pytest.mark.parametrize("n", [9, 200_000], ids=["one-block", "many-blocks"])
-def test_zlib_compressed_raw_appended_data_equals_meshio(tmp_path, n):
+def test_zlib_compressed_raw_appended_data_equals_meshio(tmp_path, n, threads):
     """VTK's own writers (ParaView's too) store zlib blocks in a raw AppendedData section by
     default: read by the lean reader as meshio reads it."""
     rng = np.random.default_rng(4)
