@@ -485,6 +485,31 @@ def test_tune_reads_settings_and_tabulates_trials(tmp_path):
     assert "## PiT on elasticity" in text
     assert "| preset | 3 | 1,000 | 0.5000 | 9 s | 1.0 |" in text
     assert "| train.lr=5e-3 | 3 | 1,000 | 0.2500 | 9 s | 2.0 |" in text
+    assert "(zero-shot)" not in text  # no zero-shot column without a trial that has one
+    finer = {"0": 0.25, "1": 0.3, "2": 0.4}
+    trials[1] = {**trials[1], "refinement": finer, "reused": "runs/x"}
+    del trials[1]["load_average"]
+    log.write_text("".join(json.dumps(t) + "\n" for t in trials))
+    text = tune.table(log)
+    assert "| preset | 3 | 1,000 | 0.5000 | - | 9 s | 1.0 |" in text
+    assert (
+        "| train.lr=5e-3 | 3 | 1,000 | 0.2500 | 0.3000 / 0.4000 (1.20x / 1.60x) | 9 s | reused |"
+        in text
+    )
+
+
+def test_tune_reuses_only_a_run_of_the_trials_epochs_seed_and_settings(monkeypatch, tmp_path):
+    model, train = {"k": None, "quantile": 0.016}, {"lr": 3e-3, "seed": 0}
+    ckpt = {"model_config": model, "train_config": train, "history": [{}] * 5}
+    monkeypatch.setattr(tune, "load_model", lambda out: (None, ckpt))
+    settings = parse_settings(["model.k=null", "model.quantile=0.016", "train.lr=3e-3"])
+    assert tune.trained_already(tmp_path, 5, 0, settings)
+    assert not tune.trained_already(tmp_path, 6, 0, settings)  # other epochs
+    assert not tune.trained_already(tmp_path, 5, 1, settings)  # another seed
+    assert not tune.trained_already(tmp_path, 5, 0, parse_settings(["model.k=16"]))
+    assert not tune.trained_already(tmp_path, 5, 0, parse_settings(["train.batch_size=2"]))
+    monkeypatch.undo()
+    assert not tune.trained_already(tmp_path, 5, 0, settings)  # no checkpoint there
 
 
 def _results():
