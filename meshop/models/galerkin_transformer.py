@@ -124,6 +124,9 @@ class GalerkinTransformer(Operator):
         cross_heads (int): heads of the cross position-attention (mesh path).
         quantile (float, optional), k (int, optional): local receptive field of the cross
             position-attention (mesh path); global when both are None.
+        decoder_k (int, optional): the decoder's own field where it differs: each query node's
+            ``decoder_k`` nearest latent nodes (their number is the latent mesh's, whatever the
+            input mesh), the encoder keeping ``quantile`` or ``k``.
 
     Shapes:
         - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``)
@@ -163,6 +166,7 @@ class GalerkinTransformer(Operator):
         cross_heads: int = 2,
         quantile: float | None = None,
         k: int | None = None,
+        decoder_k: int | None = None,
     ):
         super().__init__()
         attention = attention or self.default_attention
@@ -245,10 +249,10 @@ class GalerkinTransformer(Operator):
         if self.mesh:
             cross = dict(quantile=quantile) if quantile is not None else dict(k=k)
             self.cross_down, self.cross_up = (
-                LocalPositionAttention(width, width, cross_heads, **cross)
-                if quantile is not None or k is not None
+                LocalPositionAttention(width, width, cross_heads, **field)
+                if next(iter(field.values())) is not None
                 else PositionAttention(width, width, cross_heads)
-                for _ in range(2)
+                for field in (cross, cross if decoder_k is None else dict(k=decoder_k))
             )
 
     @classmethod

@@ -127,8 +127,9 @@ def test_grid_and_the_same_points_as_a_cloud_give_the_same_mesh_path_prediction(
     assert auto(cloud).shape == auto(grid).shape == (30, 1)
 
 
-def test_mesh_path_on_a_batch_of_clouds_with_latent_and_query_meshes():
-    model = tiny(3, 2, k=4)
+@pytest.mark.parametrize("fields", [dict(k=4), dict(quantile=0.3, decoder_k=3)])
+def test_mesh_path_on_a_batch_of_clouds_with_latent_and_query_meshes(fields):
+    model = tiny(3, 2, **fields)
     g = torch.Generator().manual_seed(3)
     data = []
     for n in (25, 40):
@@ -349,6 +350,7 @@ def test_every_option_reaches_its_layer_and_is_recorded_in_the_config():
         cross_heads=4,
         quantile=None,
         k=3,
+        decoder_k=None,
     )
     model = GalerkinTransformer(**options)
     assert model.config == options
@@ -368,6 +370,14 @@ def test_every_option_reaches_its_layer_and_is_recorded_in_the_config():
     by_quantile = GalerkinTransformer(3, 1, 2, width=8, quantile=0.25)
     assert by_quantile.cross_down.field == {"quantile": 0.25}
     assert (by_quantile.config["quantile"], by_quantile.config["k"]) == (0.25, None)
+    assert by_quantile.cross_up.field == {"quantile": 0.25}
+    # the decoder's own k nearest latent nodes, the encoder's field kept (global or local)
+    split = GalerkinTransformer(3, 1, 2, width=8, quantile=0.25, decoder_k=5)
+    assert (split.cross_down.field, split.cross_up.field) == ({"quantile": 0.25}, {"k": 5})
+    assert GalerkinTransformer(**split.config).cross_up.field == {"k": 5}
+    dense_down = GalerkinTransformer(3, 1, 2, width=8, decoder_k=5)
+    assert type(dense_down.cross_down).__name__ == "PositionAttention"
+    assert dense_down.cross_up.field == {"k": 5}
     dense = GalerkinTransformer(3, 1, 2, width=8, cross_heads=4)
     assert type(dense.cross_down).__name__ == "PositionAttention" and dense.cross_up.heads == 4
 
