@@ -287,3 +287,19 @@ def test_ono_and_the_transolver_on_darcy_weight_each_node_by_its_cells():
     assert preset("darcy", "transolver")["model"] == preset("darcy-mesh", "transolver")["model"]
     for model in ("pit", "galerkin", "fourier", "mlp"):
         assert "grid_weights" not in preset("darcy", model)["dataset"]
+
+
+def test_on_elasticity_the_galerkin_and_fourier_encoders_gather_a_quantile_of_the_input_nodes():
+    """Elasticity's presets: the encoder's cross attention a 1.6 % quantile field (the same area on
+    a finer mesh), the decoder's the 16 nearest latent nodes; Airfoil keeps k = 16 both ways."""
+    from meshop.models.registry import build_model
+
+    for model in ("galerkin", "fourier"):
+        chosen = preset("elasticity", model)["model"]
+        net = build_model(model, in_channels=2, out_channels=1, pos_dim=2, **chosen)
+        assert net.cross_down.field == {"quantile": 0.016}
+        assert net.cross_up.field == {"k": 16}
+        airfoil = build_model(
+            model, in_channels=4, out_channels=1, pos_dim=2, **preset("airfoil", model)["model"]
+        )
+        assert airfoil.cross_down.field == airfoil.cross_up.field == {"k": 16}
