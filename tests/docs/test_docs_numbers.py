@@ -45,6 +45,8 @@ NOT_COPIES = {
     "training.md": {"0.031", "0.0036", "0.005"},
     # an example's printed loss and integral, equal to figures of zero_shot_causes.md
     "domains.md": {"0.0282", "0.0061"},
+    # a preset's quantile setting, which tuning.md's settings column names
+    "choosing-a-model.md": {"0.016"},
 }
 
 
