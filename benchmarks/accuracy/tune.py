@@ -70,13 +70,14 @@ def trial(args) -> dict:
     load = os.getloadavg()[0]
     start = time.perf_counter()
     reused = args.reuse and trained_already(out, args.epochs, args.seed, settings)
-    if not reused:
-        train_run(run, figures=False, log=lambda *_: None)
+    if reused:  # its test error evaluated here, as training would have
+        test = evaluate_run(out, args.data_dir, batch_size=4)["test_rel_l2"]
+    else:
+        test = train_run(run, figures=False, log=lambda *_: None)["test_rel_l2"]
     net, ckpt = load_model(out)
     history = ckpt["history"]
     trial = dict(dataset=args.dataset, model=args.model, epochs=args.epochs, settings=args.set)
     trial.update(parameters=sum(p.numel() for p in net.parameters()))
-    test = evaluate_run(out, args.data_dir, batch_size=4)["test_rel_l2"]
     trial.update(test_rel_l2=test, train_loss=history[-1].get("train_loss"))
     trial.update(train_seconds=sum(h["epoch_seconds"] for h in history))
     if reused:

@@ -35,15 +35,17 @@ def farthest_point_sampling(
         raise ConfigError(f"num_points must be positive, got {num_points}")
     if batch is None:
         batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
+    counts = torch.bincount(batch)
     generator = torch.Generator()
     generator.manual_seed(seed) if seed is not None else generator.seed()
-    first = torch.rand(int(batch.max()) + 1 if len(batch) else 0, generator=generator)
-    candidates = _fps_candidates(batch, num_points, generator)
+    first = torch.rand(len(counts), generator=generator)
+    candidates = _fps_candidates(counts.cpu(), num_points, generator)
     if candidates is not None:
+        candidates = candidates.to(pos.device)
         pos, batch = pos[candidates], batch[candidates]
-    counts = torch.bincount(batch)
+        counts = torch.bincount(batch, minlength=len(counts))
     ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-    start = (first[: len(counts)] * counts.cpu()).long().to(pos.device)
+    start = (first * counts.cpu()).long().to(pos.device)
     # torch-cluster's own random start uses C rand(): start deterministically instead by swapping
     # each sample's chosen first node to the front and asking for a non-random start
     perm = torch.arange(len(pos), device=pos.device)
@@ -56,13 +58,12 @@ def farthest_point_sampling(
 
 
 def _fps_candidates(
-    batch: torch.Tensor, num_points: int, generator: torch.Generator
+    counts: torch.Tensor, num_points: int, generator: torch.Generator
 ) -> torch.Tensor | None:
-    """The nodes farthest point sampling chooses among (in order), or None for all: every node
-    of a sample up to the limit of :func:`farthest_point_sampling`, a random subset of that many
-    nodes of a larger sample."""
+    """The nodes farthest point sampling chooses among (in order, on the CPU), or None for all,
+    given each sample's node ``counts``: every node of a sample up to the limit of
+    :func:`farthest_point_sampling`, a random subset of that many nodes of a larger sample."""
     limit = max(FPS_CANDIDATES, FPS_OVERSAMPLE * num_points)
-    counts = torch.bincount(batch).cpu()
     if len(counts) == 0 or int(counts.max()) <= limit:
         return None
     parts, lo = [], 0
@@ -72,7 +73,7 @@ def _fps_candidates(
         else:
             parts.append(lo + torch.randperm(n, generator=generator)[:limit].sort().values)
         lo += n
-    return torch.cat(parts).to(batch.device)
+    return torch.cat(parts)
 
 
 def add_latent_mesh(
