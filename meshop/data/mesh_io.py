@@ -302,7 +302,7 @@ def from_meshio(
         data.y = torch.as_tensor(y, dtype=torch.float32)
     for cell_type, conn in cells:
         key = "face" if cell_type == "triangle" else CELL_PREFIX + cell_type
-        block = torch.from_numpy(conn).t().contiguous()  # torch's copy: on every thread
+        block = torch.from_numpy(conn).t()  # [k, M], a view: mesh_cells gives the rows back
         data[key] = torch.cat([data[key], block], dim=1) if key in data else block
     if params is not None:
         data.params = torch.as_tensor(np.asarray(params), dtype=torch.float32).reshape(1, -1)

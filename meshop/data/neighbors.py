@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -111,12 +112,47 @@ def sort_edges(index: torch.Tensor, num_dst: int, num_src: int) -> torch.Tensor:
     return torch.stack([dst, padded.sort(dim=1).values[mask]])
 
 
+#: targets from which a search on the CPU is split over torch's threads (torch-cluster's CPU
+#: searches run on one thread; each part builds its own tree over the sources, so only target
+#: sets at least as large as the sources are split)
+THREADED_TARGETS = 2**16
+
+
+def by_target_ranges(
+    search: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    num_src: int,
+    pos_dst: torch.Tensor,
+    batch_dst: torch.Tensor,
+) -> torch.Tensor:
+    """``search(pos_dst, batch_dst)`` (an edge index [2, E] grouped by target, row 0 the
+    target), on the CPU split into ranges of targets searched on torch's threads at once
+    (torch-cluster releases the GIL): the same edges in the same order, each target's search
+    being its own. Target sets under :data:`THREADED_TARGETS` or smaller than the ``num_src``
+    sources, and other devices, are searched in one call."""
+    threads = torch.get_num_threads()
+    n = len(pos_dst)
+    if pos_dst.device.type != "cpu" or threads < 2 or n < max(THREADED_TARGETS, num_src):
+        return search(pos_dst, batch_dst)
+    bounds = [n * i // threads for i in range(threads + 1)]
+
+    def part(lo: int, hi: int) -> torch.Tensor:
+        found = search(pos_dst[lo:hi], batch_dst[lo:hi])
+        return found + torch.tensor([[lo], [0]], dtype=found.dtype)
+
+    with ThreadPoolExecutor(threads) as pool:
+        return torch.cat(list(pool.map(part, bounds[:-1], bounds[1:])), dim=1)
+
+
 def knn_index(pos_src, pos_dst, k: int, batch_src=None, batch_dst=None) -> torch.Tensor:
     """The ``k`` nearest source nodes of every target node (fewer if the sample has fewer)."""
     if k < 1:
         raise ConfigError(f"k must be a positive number of neighbours, got {k}")
     batch_src, batch_dst = _batches(pos_src, pos_dst, batch_src, batch_dst)
-    return group_by_target(torch_cluster.knn(pos_src, pos_dst, k, batch_src, batch_dst))
+
+    def search(pos, batch):
+        return torch_cluster.knn(pos_src, pos, k, batch_src, batch)
+
+    return group_by_target(by_target_ranges(search, len(pos_src), pos_dst, batch_dst))
 
 
 def radius_index(
@@ -126,10 +162,13 @@ def radius_index(
     if not r > 0:
         raise ConfigError(f"radius must be positive, got {r}")
     batch_src, batch_dst = _batches(pos_src, pos_dst, batch_src, batch_dst)
-    index = torch_cluster.radius(
-        pos_src, pos_dst, float(r), batch_src, batch_dst, max_num_neighbors=max_num_neighbors
-    )
-    return group_by_target(index)
+
+    def search(pos, batch):
+        return torch_cluster.radius(
+            pos_src, pos, float(r), batch_src, batch, max_num_neighbors=max_num_neighbors
+        )
+
+    return group_by_target(by_target_ranges(search, len(pos_src), pos_dst, batch_dst))
 
 
 def quantile_rank(
@@ -347,9 +386,13 @@ def radius_among(pos_src, pos_dst, r2: float, batch_src, batch_dst, cap: int) ->
     dense = pos_src.device.type == "cpu" and num_src > 1
     if dense and pairs <= DENSE_PER_SOURCE_LOG2 * num_src * math.log2(num_src):
         return _dense_radius(pos_src, pos_dst, r2, slices)
-    return torch_cluster.radius(
-        pos_src, pos_dst, math.sqrt(r2), batch_src, batch_dst, max_num_neighbors=cap
-    )
+
+    def search(pos, batch):
+        return torch_cluster.radius(
+            pos_src, pos, math.sqrt(r2), batch_src, batch, max_num_neighbors=cap
+        )
+
+    return by_target_ranges(search, num_src, pos_dst, batch_dst)
 
 
 def _dense_radius(pos_src, pos_dst, r2: float, slices: list[tuple[slice, slice]]) -> torch.Tensor:

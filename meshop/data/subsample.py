@@ -31,6 +31,21 @@ def subset_size(n: int, fraction: float) -> int:
     return max(1, math.ceil(Fraction(repr(float(fraction))) * n))
 
 
+def random_subset(n: int, k: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``k`` distinct indices of ``range(n)`` (all of them when ``k >= n``) drawn uniformly, in a
+    random order. A few out of many are drawn as random integers with the repeats dropped: a
+    permutation of all ``n`` took 0.2 s of a ten-million-node prediction for each subset."""
+    k = min(k, n)
+    if 4 * k > n:
+        return torch.randperm(n, generator=generator)[:k]
+    drawn = torch.unique(torch.randint(n, (k + k // 8 + 16,), generator=generator))
+    while len(drawn) < k:  # rare: more repeats than the margin
+        extra = torch.randint(n, (k,), generator=generator)
+        drawn = torch.unique(torch.cat([drawn, extra]))
+    # a uniform choice of k of the distinct values drawn is a uniform k-subset (by symmetry)
+    return drawn[torch.randperm(len(drawn), generator=generator)[:k]]
+
+
 def subsample_nodes(data: Data, fraction: float, generator: torch.Generator | None = None) -> Data:
     """A copy of ``data`` on a random subset of ``ceil(fraction * n)`` of its nodes (uniform,
     without replacement, in the nodes' order), with ``pos``, ``x``, the weights and the targets at

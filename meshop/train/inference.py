@@ -31,6 +31,7 @@ from meshop.data import (
     write_mesh,
 )
 from meshop.data.batching import reporting_chunks
+from meshop.data.subsample import random_subset
 from meshop.errors import (
     ConfigError,
     FieldError,
@@ -273,15 +274,18 @@ PROBE_NODES = (32_768, 262_144)
 SMALL_PROBE = 8
 
 
-def probe_subset(data: Data, nodes: int, seed: int = 0) -> Data:
+def probe_subset(data: Data, nodes: int, seed: int = 0, order: torch.Tensor | None = None) -> Data:
     """A random subset of ``nodes`` of a domain's input nodes, in their order, with the same
     fraction of its query points: what :func:`estimate_prediction` and :func:`check_quadratic`
     time. Per-node fields are cut; the quadrature weights are scaled by the inverse fraction (so
     that they still sum to the domain's measure); per-sample ones (``params``, a latent mesh)
-    kept."""
+    kept. ``order``: the input nodes in a random order (:func:`probe_order`), whose first
+    ``nodes`` are taken (drawn when None), so that several subsets draw it once."""
     generator = torch.Generator().manual_seed(seed)
     n = len(data.pos)
-    keep = torch.randperm(n, generator=generator)[:nodes].sort().values.to(data.pos.device)
+    if order is None:
+        order = probe_order(data, nodes, seed)
+    keep = order[:nodes].sort().values.to(data.pos.device)
     probe = Data(**{key: data[key][keep] for key in ("pos", "x") if key in data})
     if getattr(data, "weight", None) is not None:
         probe.weight = data.weight[keep] * (n / len(keep))
@@ -293,6 +297,13 @@ def probe_subset(data: Data, nodes: int, seed: int = 0) -> Data:
         if key in data:
             probe[key] = data[key]
     return probe
+
+
+def probe_order(data: Data, nodes: int, seed: int = 0) -> torch.Tensor:
+    """``nodes`` of a domain's input nodes drawn at random, in a random order (seeded): each
+    first part of it is a random subset, which :func:`probe_subset` takes."""
+    generator = torch.Generator().manual_seed(seed)
+    return random_subset(len(data.pos), nodes, generator)
 
 
 @dataclass
@@ -367,10 +378,13 @@ class _Probe(NamedTuple):
     nodes: int
 
 
-def _probe(model, ckpt, data: Data, nodes: int, chunk: int | None) -> _Probe:
-    """The prediction on a random subset of ``nodes`` of ``data`` with its latent mesh, in
-    chunks of ``chunk`` nodes (None: whole), measured."""
-    probe = latent_of(ckpt)(probe_subset(data, nodes))
+def _probe(model, ckpt, data: Data, nodes: int, chunk: int | None, order: torch.Tensor) -> _Probe:
+    """The prediction on a random subset of ``nodes`` of ``data`` (the first of ``order``) in
+    chunks of ``chunk`` nodes (None: whole), measured: with the latent mesh of ``data`` where it
+    has one, else with its own."""
+    probe = probe_subset(data, nodes, order=order)
+    if getattr(data, "latent_pos", None) is None:
+        probe = latent_of(ckpt)(probe)
     counted = [0]
     before = _resident() if _reset_peak() else None
     start = time.perf_counter()
@@ -445,8 +459,10 @@ def estimate_prediction(
 
     The subsets hold ``P / 4`` (the warm-up), ``P /`` :data:`SMALL_PROBE` and ``P`` of the
     nodes, where ``P`` is :data:`PROBE_FRACTION` of them, at least two chunks, within
-    :data:`PROBE_NODES` and at most all; each gets its latent mesh and is predicted in chunks of
-    ``chunk_nodes``, as the whole mesh will be (a chunk's cost per node depends on its size).
+    :data:`PROBE_NODES` and at most all, drawn from one random order of the nodes; each is
+    predicted with the latent mesh of ``data`` (:func:`predict_file` samples the mesh's once,
+    before; where ``data`` has none, each subset samples its own) in chunks of ``chunk_nodes``,
+    as the whole mesh will be (a chunk's cost per node depends on its size).
     The time is the line through the two timed subsets at ``N`` (a pass's fixed costs are not
     scaled), between half and all of the larger subset's time scaled by ``N / P``. The memory
     is the largest of three peaks of the resident memory (Linux; elsewhere the rough
@@ -464,9 +480,10 @@ def estimate_prediction(
     size = round(len(data.pos) * PROBE_FRACTION)
     size = min(len(data.pos), max(lo, min(hi, max(size, 2 * (chunk_nodes or 0)))))
     now, peak = _resident() or (0, 0)  # before the subsets: the mesh as read, its peak
-    _probe(model, ckpt, data, max(size // 4, 1), chunk_nodes)  # the warm-up
-    small = _probe(model, ckpt, data, max(size // SMALL_PROBE, 1), chunk_nodes)
-    whole = _probe(model, ckpt, data, size, chunk_nodes)
+    order = probe_order(data, size)
+    _probe(model, ckpt, data, max(size // 4, 1), chunk_nodes, order)  # the warm-up
+    small = _probe(model, ckpt, data, max(size // SMALL_PROBE, 1), chunk_nodes, order)
+    whole = _probe(model, ckpt, data, size, chunk_nodes, order)
     scale = nodes / max(whole.nodes, 1)
     # what a pass costs whatever its size (the latent processor, a chunk's set-up) is not scaled
     # with the nodes: the line through the two subsets' times, kept within half and all of the
@@ -747,7 +764,7 @@ def predict_file(
     estimate = None
     if report is not None or progress:
         written = write_bytes(data, ckpt["data"]["out_channels"], out)
-        estimate = estimate_prediction(model, ckpt, data, chunk_nodes, written)
+        estimate = estimate_prediction(model, ckpt, prepared, chunk_nodes, written)
         if report is not None:
             report(f"predicting on {total_nodes(data):,} nodes: {estimate}")
     bar = tqdm(

@@ -9,7 +9,8 @@ from meshop.data import (
     quantile_index,
     radius_index,
 )
-from meshop.data.neighbors import sort_edges
+from meshop.data import neighbors as neighbors_module
+from meshop.data.neighbors import radius_among, sort_edges
 from meshop.errors import ConfigError
 
 
@@ -251,6 +252,43 @@ def test_knn_and_radius_return_target_source_pairs_grouped_by_target():
     assert torch.equal(index[1].view(40, 5).sort(1).values, expected)
     index = radius_index(pos_src, pos_dst, 0.2)
     assert torch.equal(as_mask(index, 40, 100), d <= 0.2)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_searches_split_over_threads_by_target_ranges_equal_one_search(monkeypatch, threads):
+    # torch-cluster searches on one thread; large target sets are searched in ranges at once
+    g = torch.Generator().manual_seed(4)
+    pos_src, pos_dst = torch.rand(60, 2, generator=g), torch.rand(301, 2, generator=g)
+    batch_src = torch.arange(3).repeat_interleave(20)  # ranges cut through the samples
+    batch_dst = torch.tensor([0] * 100 + [1] * 1 + [2] * 200)
+    searches = {
+        "knn": lambda: knn_index(pos_src, pos_dst, 4, batch_src, batch_dst),
+        "radius": lambda: radius_index(pos_src, pos_dst, 0.3, batch_src, batch_dst),
+        "among": lambda: radius_among(pos_src, pos_dst, 0.09, batch_src, batch_dst, 64),
+    }
+    whole = {name: search() for name, search in searches.items()}
+    calls = []
+    real = neighbors_module.torch_cluster
+    spy = type("Spy", (), {})()
+    spy.knn = lambda *a, **k: calls.append(len(a[1])) or real.knn(*a, **k)
+    spy.radius = lambda *a, **k: calls.append(len(a[1])) or real.radius(*a, **k)
+    monkeypatch.setattr(neighbors_module, "torch_cluster", spy)
+    monkeypatch.setattr(neighbors_module, "THREADED_TARGETS", 100)
+    monkeypatch.setattr(neighbors_module, "DENSE_PER_SOURCE_LOG2", 0.0)  # radius_among: a tree
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for name, search in searches.items():
+            calls.clear()
+            assert torch.equal(search(), whole[name]), name
+            assert sorted(calls) == sorted(
+                301 * i // threads - 301 * (i - 1) // threads for i in range(1, threads + 1)
+            ), name
+        calls.clear()
+        small = knn_index(pos_src, pos_dst[:99], 4, batch_src, batch_dst[:99])  # one call
+        assert calls == [99] and torch.equal(small, whole["knn"][:, : 99 * 4])
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_neighbor_index_needs_exactly_one_receptive_field():

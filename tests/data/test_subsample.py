@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from meshop.data import from_points, set_query_points, uniform_grid
-from meshop.data.subsample import NodeSubsets, subsample_nodes, subset_size
+from meshop.data.subsample import NodeSubsets, random_subset, subsample_nodes, subset_size
 from meshop.errors import ConfigError
 from meshop.models import Transolver
 from meshop.train import TrainConfig, Trainer, prepare_data
@@ -38,6 +38,23 @@ def test_subset_sizes_are_the_exact_ceiling_of_the_fraction_as_written():
     assert subset_size(10, 0.25) == 3 and subset_size(7, 1e-9) == 1 and subset_size(7, 1.0) == 7
     data = from_points(torch.rand(30, 2))
     assert len(subsample_nodes(data, 0.1).pos) == 3
+
+
+@pytest.mark.parametrize("n, k", [(50, 20), (50, 80), (1000, 30)])  # a permutation, drawn ints
+def test_random_subsets_are_distinct_seeded_and_uniform(n, k):
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.zeros(n)
+    for _ in range(400):
+        chosen = random_subset(n, k, gen)
+        assert len(chosen) == min(n, k) == len(chosen.unique())
+        assert 0 <= int(chosen.min()) and int(chosen.max()) < n
+        counts[chosen] += 1
+    expected = 400 * min(n, k) / n  # each node is chosen as often as any other
+    assert (counts - expected).abs().max() < 6 * expected**0.5 + 1
+    first = random_subset(n, k, torch.Generator().manual_seed(5))
+    assert torch.equal(first, random_subset(n, k, torch.Generator().manual_seed(5)))
+    if k < n:  # in a random order, not sorted
+        assert not torch.equal(first, first.sort().values)
 
 
 def test_rescaled_quadratures_are_unbiased():

@@ -38,6 +38,25 @@ def test_hexahedra_quads_and_segments_are_measured():
     assert w.tolist() == pytest.approx([0.25, 1.0, 0.75])
 
 
+def test_weights_equal_each_cells_share_whatever_the_arrays_layout():
+    # the corners are gathered by torch from any numpy layout (reversed rows, int32 cells) and
+    # added over the range of nodes a block of cells holds: the same as adding every share
+    rng = np.random.default_rng(5)
+    points = rng.random((80, 2))
+    triangles = Delaunay(points).simplices
+    expected = np.zeros(len(points))
+    for corners in triangles:
+        a, b, c = points[corners]
+        area = 0.5 * abs((b - a)[0] * (c - a)[1] - (b - a)[1] * (c - a)[0])
+        expected[corners] += area / 3
+    reversed_points = points[::-1]  # negative strides
+    renumbered = (len(points) - 1 - triangles).astype(np.int32)
+    w = lumped_mass_weights(reversed_points, [("triangle", renumbered)])
+    np.testing.assert_allclose(w[::-1], expected, rtol=1e-12)
+    local = lumped_mass_weights(points, [("triangle", triangles[triangles.min(1) >= 40])])
+    assert (local[:40] == 0).all() and local[40:].sum() > 0
+
+
 def test_lower_dimensional_cells_do_not_count():
     points = np.array([[0, 0], [1, 0], [1, 1], [0, 1]], float)
     cells = [

@@ -66,6 +66,36 @@ def test_the_probe_is_a_random_fraction_of_the_nodes_and_query_points_with_the_m
     assert not torch.equal(probe_subset(data, 100, seed=1).pos, probe.pos)
 
 
+def test_subsets_drawn_from_one_order_are_nested():
+    data = Data(pos=torch.rand(500, 2))
+    order = inference.probe_order(data, 160, seed=3)
+    small, large = (probe_subset(data, n, order=order) for n in (40, 160))
+    rows = {tuple(p) for p in large.pos.tolist()}
+    assert len(rows) == 160 and all(tuple(p) in rows for p in small.pos.tolist())
+    assert torch.equal(inference.probe_order(data, 160, seed=3), order)  # seeded
+
+
+def test_predict_samples_the_latent_mesh_once_and_the_subsets_keep_it(big_mesh, monkeypatch):
+    # the subsets the estimate times are predicted with the mesh's own latent mesh, sampled
+    # once before them (a farthest point sampling of a huge mesh's subsets took seconds)
+    run, path = big_mesh
+    sampled, probed = [], []
+    real_latent, real_probe = inference.LatentMesh.__call__, inference.predict_in_chunks
+    monkeypatch.setattr(
+        inference.LatentMesh, "__call__", lambda *a: sampled.append(1) or real_latent(*a)
+    )
+
+    def predicting(model, data, chunk=None):
+        probed.append(data.latent_pos)
+        return real_probe(model, data, chunk)
+
+    monkeypatch.setattr(inference, "predict_in_chunks", predicting)
+    out = path.parent / "latent_once.vtu"
+    inference.predict_file(run, path, out, chunk_nodes=8192, report=lambda line: None)
+    assert sampled == [1] and len(probed) == 4  # three subsets, then the mesh
+    assert all(torch.equal(latent, probed[-1]) for latent in probed)
+
+
 def test_the_estimate_counts_the_nodes_the_progress_bar_will_count(big_mesh):
     run, path = big_mesh
     model, ckpt = load_model(run)
@@ -177,7 +207,7 @@ def estimated_seconds(big_mesh, monkeypatch, seconds_of) -> tuple[float, list[in
     data, _ = read_inputs(ckpt, path)
     sizes = []
 
-    def probe(model, ckpt, data, nodes, chunk):
+    def probe(model, ckpt, data, nodes, chunk, order):
         sizes.append(nodes)
         return inference._Probe(seconds_of(nodes), 1000, nodes, nodes)
 
