@@ -19,7 +19,7 @@ import io
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import meshio
@@ -313,8 +313,14 @@ def from_meshio(
     return data
 
 
-def read_meshio(path: str | os.PathLike, file_format: str | None = None) -> meshio.Mesh:
-    """``meshio.read`` with errors that say which file failed and what meshio said.
+def read_meshio(
+    path: str | os.PathLike,
+    file_format: str | None = None,
+    fields: Collection[str] | None = None,
+) -> meshio.Mesh:
+    """``meshio.read`` with errors that say which file failed and what meshio said. ``fields``:
+    of a ``.vtu`` file that :func:`~meshop.data.vtu.read_vtu` reads, only these point and cell
+    data arrays are decoded (None: all); other files are read whole.
 
     Raises:
         MeshReadError: the file is missing or meshio cannot read it.
@@ -328,7 +334,7 @@ def read_meshio(path: str | os.PathLike, file_format: str | None = None) -> mesh
         # the common .vtu layout at a fraction of meshio's peak memory; anything else, a corrupt
         # file included, goes to meshio, whose message is the one to show
         with contextlib.suppress(Exception):
-            mesh = read_vtu(path)
+            mesh = read_vtu(path, fields)
     try:
         with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
             if mesh is None:

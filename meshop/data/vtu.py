@@ -31,7 +31,7 @@ import collections
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 from xml.etree import ElementTree
@@ -70,6 +70,7 @@ _FIXED_CELLS = {
     if name in num_nodes_per_cell and vtk != 42
 }
 _SECTIONS = ("Points", "Cells", "PointData", "CellData")
+_FIELDS = ("PointData", "CellData")
 #: bytes decoded at a time from an uncompressed base64 run (a multiple of 3 and of 8)
 _WINDOW = 3 << 20
 #: consecutive compressed blocks a reading thread inflates in one task (meshio writes blocks of
@@ -409,7 +410,7 @@ class _Events:
         self.appended = ("" if encoding is None else encoding.group(1).decode(), at + match.end())
 
 
-def _read(path: str | os.PathLike) -> meshio.Mesh:
+def _read(path: str | os.PathLike, fields: Collection[str] | None = None) -> meshio.Mesh:
     reader = None
     stack: list[str] = []
     pending: list[tuple[str, np.ndarray | _Appended]] = []
@@ -440,6 +441,9 @@ def _read(path: str | os.PathLike) -> meshio.Mesh:
                 if parent not in _SECTIONS or reader is None:
                     raise _Unsupported(f"DataArray in {parent}")
                 name = "Points" if parent == "Points" else elem.get("Name")
+                if fields is not None and parent in _FIELDS and name not in fields:
+                    elem.clear()  # not asked for: not decoded
+                    continue
                 target = None
                 if parent == "Cells" and name == "connectivity":
                     target = _connectivity_dtype(_little(elem.get("type", "")))
@@ -472,16 +476,18 @@ def _read(path: str | os.PathLike) -> meshio.Mesh:
     return meshio.Mesh(points, cells, point_data=sections.get("PointData", {}), cell_data=cell_data)
 
 
-def read_vtu(path: str | os.PathLike) -> meshio.Mesh | None:
+def read_vtu(path: str | os.PathLike, fields: Collection[str] | None = None) -> meshio.Mesh | None:
     """The mesh of a ``.vtu`` file, equal to ``meshio.read``'s, or None for a layout this reader
-    leaves to meshio (see the module's docstring).
+    leaves to meshio (see the module's docstring). ``fields``: the point and cell data arrays to
+    read (None: all); the others are skipped without being decoded (a simulation's file often
+    holds many more fields than a model reads).
 
     Raises:
         OSError, xml.etree.ElementTree.ParseError, ValueError, zlib.error: the file is missing
             or corrupt (meshio's reading gives the message to show).
     """
     try:
-        return _read(path)
+        return _read(path, fields)
     except _Unsupported:
         return None
 

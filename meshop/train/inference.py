@@ -661,11 +661,20 @@ def read_inputs(
     info = ckpt["data"]
     layout = checkpoint_fields(ckpt, "input")
     cell_data = bool((info.get("dataset_args") or {}).get("cell_data_to_nodes", False))
-    meshio_mesh = read_meshio(mesh)
     names = list(inputs) if inputs is not None else [n for n, _ in layout]
-    available = set(meshio_mesh.point_data) | (set(meshio_mesh.cell_data) if cell_data else set())
-    available |= {GROUP_PREFIX + g for g in group_masks(meshio_mesh)}
-    missing = [n for n in names if n not in available]
+
+    def missing_from(meshio_mesh):
+        available = set(meshio_mesh.point_data)
+        available |= set(meshio_mesh.cell_data) if cell_data else set()
+        available |= {GROUP_PREFIX + g for g in group_masks(meshio_mesh)}
+        return [n for n in names if n not in available]
+
+    # only the arrays the model reads are decoded (and the Gmsh groups' tags)
+    meshio_mesh = read_meshio(mesh, fields=[*names, "gmsh:physical"])
+    missing = missing_from(meshio_mesh)
+    if missing:  # every array, for the message's list of the mesh's fields
+        meshio_mesh = read_meshio(mesh)
+        missing = missing_from(meshio_mesh)
     if missing and inputs is None and "input_fields" not in info and layout:
         raise FieldError(
             f"{mesh}: this checkpoint names its {info['x_channels']} input channels "

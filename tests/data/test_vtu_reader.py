@@ -91,6 +91,33 @@ def test_mixed_triangles_and_quads_equal_meshio(tmp_path, layout, real, index):
     assert_same_mesh(ours, theirs)
 
 
+@pytest.mark.parametrize("layout", [*LAYOUTS, pytest.param("raw", id="raw-appended")])
+def test_only_the_fields_asked_for_are_read(tmp_path, layout, monkeypatch):
+    path = tmp_path / "m.vtu"
+    if layout == "raw":  # write_vtu: no cell data
+        mesh = mixed_mesh()
+        vtu_module.write_vtu(path, mesh.points, mesh.cells_dict.items(), mesh.point_data)
+    else:
+        write(path, mixed_mesh(), **layout)
+    whole = read_vtu(path)
+    decoded = []
+    real = vtu_module._Reader.data_array
+    monkeypatch.setattr(
+        vtu_module._Reader,
+        "data_array",
+        lambda self, elem, *a: decoded.append(elem.get("Name")) or real(self, elem, *a),
+    )
+    some = read_vtu(path, fields=["u", "s", "absent"])
+    assert set(some.point_data) == {"u"} and set(some.cell_data) == ({"s"} & set(whole.cell_data))
+    assert not {"p", "flag", "region"} & set(decoded)  # the others not decoded
+    np.testing.assert_array_equal(some.point_data["u"], whole.point_data["u"])
+    for ours, theirs in zip(some.cell_data.get("s", []), whole.cell_data.get("s", []), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(some.points, whole.points)
+    assert [b.type for b in some.cells] == [b.type for b in whole.cells]
+    assert set(read_vtu(path, fields=[]).point_data) == set()
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_tetrahedra_wedges_lines_and_vertices_equal_meshio(tmp_path, layout):
     rng = np.random.default_rng(1)

@@ -130,6 +130,30 @@ def test_an_older_checkpoints_inputs_are_looked_up_in_point_cell_and_group_data(
     assert layout == [("group:top", 1)] and data.x.sum() == 3  # the 3 nodes of the top side
 
 
+def test_only_the_models_input_fields_are_decoded(tmp_path, monkeypatch):
+    from meshop.data import vtu as vtu_module
+
+    path = _square(tmp_path)
+    mesh = meshio.read(path)
+    mesh.point_data["junk"] = np.arange(4.0)  # a field the model does not read
+    mesh.write(path)
+    decoded = []
+    real = vtu_module._Reader.data_array
+    monkeypatch.setattr(
+        vtu_module._Reader,
+        "data_array",
+        lambda self, elem, *a: decoded.append(elem.get("Name")) or real(self, elem, *a),
+    )
+    info = {"pos_dim": 2, "x_channels": 1, "out_channels": 1, "params_channels": 0}
+    data, layout = read_inputs({"data": {**info, "input_fields": [["a", 1]]}}, path)
+    assert layout == [("a", 1)] and data.x.view(-1).tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert "a" in decoded and "junk" not in decoded and "k" not in decoded
+    decoded.clear()
+    with pytest.raises(FieldError, match=re.escape("point fields are ['a', 'junk']")):
+        read_inputs({"data": {**info, "input_names": ["b"]}}, path)  # all read for the message
+    assert "junk" in decoded
+
+
 def test_a_missing_field_and_a_wrong_dimension_name_the_mesh_file(tmp_path):
     path = _square(tmp_path)
     with pytest.raises(FieldError, match=re.escape(str(path))):
