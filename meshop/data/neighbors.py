@@ -127,19 +127,21 @@ def by_target_ranges(
     """``search(pos_dst, batch_dst)`` (an edge index [2, E] grouped by target, row 0 the
     target), on the CPU split into ranges of targets searched on torch's threads at once
     (torch-cluster releases the GIL): the same edges in the same order, each target's search
-    being its own. Target sets under :data:`THREADED_TARGETS` or smaller than the ``num_src``
-    sources, and other devices, are searched in one call."""
-    threads = torch.get_num_threads()
+    being its own. A range holds at least :data:`THREADED_TARGETS` targets and at least the
+    ``num_src`` sources; smaller target sets, and other devices, are searched in one call."""
     n = len(pos_dst)
-    if pos_dst.device.type != "cpu" or threads < 2 or n < max(THREADED_TARGETS, num_src):
+    # each range holds at least THREADED_TARGETS targets and as many as the sources (whose tree
+    # each range builds again)
+    parts = min(torch.get_num_threads(), n // max(THREADED_TARGETS, num_src, 1))
+    if pos_dst.device.type != "cpu" or parts < 2:
         return search(pos_dst, batch_dst)
-    bounds = [n * i // threads for i in range(threads + 1)]
+    bounds = [n * i // parts for i in range(parts + 1)]
 
     def part(lo: int, hi: int) -> torch.Tensor:
         found = search(pos_dst[lo:hi], batch_dst[lo:hi])
         return found + torch.tensor([[lo], [0]], dtype=found.dtype)
 
-    with ThreadPoolExecutor(threads) as pool:
+    with ThreadPoolExecutor(parts) as pool:
         return torch.cat(list(pool.map(part, bounds[:-1], bounds[1:])), dim=1)
 
 

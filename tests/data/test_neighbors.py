@@ -254,7 +254,7 @@ def test_knn_and_radius_return_target_source_pairs_grouped_by_target():
     assert torch.equal(as_mask(index, 40, 100), d <= 0.2)
 
 
-@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("threads", [2, 3, 4])
 def test_searches_split_over_threads_by_target_ranges_equal_one_search(monkeypatch, threads):
     # torch-cluster searches on one thread; large target sets are searched in ranges at once
     g = torch.Generator().manual_seed(4)
@@ -278,15 +278,20 @@ def test_searches_split_over_threads_by_target_ranges_equal_one_search(monkeypat
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        parts = min(threads, 3)  # each range at least THREADED_TARGETS targets
         for name, search in searches.items():
             calls.clear()
             assert torch.equal(search(), whole[name]), name
             assert sorted(calls) == sorted(
-                301 * i // threads - 301 * (i - 1) // threads for i in range(1, threads + 1)
+                301 * i // parts - 301 * (i - 1) // parts for i in range(1, parts + 1)
             ), name
         calls.clear()
-        small = knn_index(pos_src, pos_dst[:99], 4, batch_src, batch_dst[:99])  # one call
-        assert calls == [99] and torch.equal(small, whole["knn"][:, : 99 * 4])
+        small = knn_index(pos_src, pos_dst[:199], 4, batch_src, batch_dst[:199])  # one call
+        assert calls == [199] and torch.equal(small, whole["knn"][:, : 199 * 4])
+        calls.clear()
+        many = torch.rand(160, 2, generator=g)  # ranges smaller than the sources: one call
+        knn_index(many, pos_dst, 1)
+        assert calls == [301]
     finally:
         torch.set_num_threads(previous)
 
