@@ -29,6 +29,7 @@ import torch
 from meshop._pyg import Data
 from meshop.data.vtu import read_vtu, write_vtu
 from meshop.data.weights import (
+    as_tensor_view,
     cell_dimension,
     cell_measures,
     lumped_mass_weights,
@@ -302,7 +303,7 @@ def from_meshio(
         data.y = torch.as_tensor(y, dtype=torch.float32)
     for cell_type, conn in cells:
         key = "face" if cell_type == "triangle" else CELL_PREFIX + cell_type
-        block = torch.from_numpy(conn).t()  # [k, M], a view: mesh_cells gives the rows back
+        block = as_tensor_view(conn).t()  # [k, M], a view: mesh_cells gives the rows back
         data[key] = torch.cat([data[key], block], dim=1) if key in data else block
     if params is not None:
         data.params = torch.as_tensor(np.asarray(params), dtype=torch.float32).reshape(1, -1)

@@ -36,9 +36,13 @@ def random_subset(n: int, k: int, generator: torch.Generator | None = None) -> t
     random order. A few out of many are drawn as random integers with the repeats dropped: a
     permutation of all ``n`` took 0.2 s of a ten-million-node prediction for each subset."""
     k = min(k, n)
+    if k == 0:
+        return torch.empty(0, dtype=torch.long)
     if 4 * k > n:
         return torch.randperm(n, generator=generator)[:k]
-    drawn = torch.unique(torch.randint(n, (k + k // 8 + 16,), generator=generator))
+    # m draws hold n (1 - exp(-m / n)) distinct values on average: k of them, and 5 % more
+    m = math.ceil(-n * math.log1p(-k / n) * 1.05) + 16
+    drawn = torch.unique(torch.randint(n, (m,), generator=generator))
     while len(drawn) < k:  # rare: more repeats than the margin
         extra = torch.randint(n, (k,), generator=generator)
         drawn = torch.unique(torch.cat([drawn, extra]))

@@ -70,14 +70,22 @@ def cell_dimension(cell_type: str) -> int | None:
     return None if family is None else CELL_FAMILIES[family][0]
 
 
+def as_tensor_view(array: np.ndarray) -> torch.Tensor:
+    """A torch tensor sharing ``array``'s memory, to be read only; a copy where torch cannot
+    share it (negative strides) or would warn (a read-only array)."""
+    if min(array.strides, default=0) < 0 or not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(array)
+
+
 def _corners(points: np.ndarray, simplices: np.ndarray) -> list[np.ndarray]:
     """The coordinates of every simplex's corners: one ``[M, space_dim]`` array per corner,
     gathered by torch on all its threads (numpy's fancy indexing takes twice as long on one)."""
-    if any(stride < 0 for stride in points.strides):  # torch takes no negative strides
-        points = np.ascontiguousarray(points)
-    table = torch.from_numpy(points)
-    index = torch.from_numpy(np.asarray(simplices, dtype=np.int64))
-    return [table.index_select(0, index[:, j].contiguous()).numpy() for j in range(index.shape[1])]
+    table = as_tensor_view(points)
+    columns = (
+        np.ascontiguousarray(simplices[:, j], dtype=np.int64) for j in range(simplices.shape[1])
+    )
+    return [table.index_select(0, as_tensor_view(c)).numpy() for c in columns]
 
 
 def _simplex_measure(points: np.ndarray, simplices: np.ndarray, signed: bool = False) -> np.ndarray:
@@ -171,7 +179,7 @@ def lumped_mass_weights(
             f"{source}: mixed dimensions: {dim}D cells on {points.shape[1]}D points; "
             "check that the file's points have all their coordinates"
         )
-    table = torch.from_numpy(points if min(points.strides) >= 0 else points.copy())
+    table = as_tensor_view(points)
     extent = float((table.amax(0) - table.amin(0)).max()) or 1.0  # numpy's ptp: 4x as long
     weights = np.zeros(n)
     for cell_type, conn in blocks:

@@ -175,3 +175,15 @@ def test_field_with_wrong_length_is_rejected_on_write(plate, tmp_path):
     with pytest.raises(FieldError, match="one row per node"):
         write_mesh(tmp_path / "w.vtu", data, {"bad": torch.zeros(3)})
     assert not (tmp_path / "w.vtu").exists()
+
+
+def test_cells_of_any_layout_are_kept_as_given():
+    # the cells are kept as a view of the mesh's connectivity where torch can share it
+    points, triangles, _ = square_with_hole()
+    flipped = np.asarray(triangles, dtype=np.int64)[:, ::-1]  # negative strides
+    read_only = np.asarray(triangles, dtype=np.int64).copy()
+    read_only.flags.writeable = False
+    for cells in (flipped, read_only):
+        data = from_meshio(meshio.Mesh(points, [("triangle", cells)]))
+        assert torch.equal(data.face, torch.as_tensor(np.array(cells)).t())
+        np.testing.assert_array_equal(mesh_cells(data)[0][1], cells)

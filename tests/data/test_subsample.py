@@ -55,6 +55,7 @@ def test_random_subsets_are_distinct_seeded_and_uniform(n, k):
     assert torch.equal(first, random_subset(n, k, torch.Generator().manual_seed(5)))
     if k < n:  # in a random order, not sorted
         assert not torch.equal(first, first.sort().values)
+    assert len(random_subset(0, k, gen)) == 0 and len(random_subset(n, 0, gen)) == 0
 
 
 def test_rescaled_quadratures_are_unbiased():

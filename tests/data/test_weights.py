@@ -1,3 +1,5 @@
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -53,6 +55,13 @@ def test_weights_equal_each_cells_share_whatever_the_arrays_layout():
     renumbered = (len(points) - 1 - triangles).astype(np.int32)
     w = lumped_mass_weights(reversed_points, [("triangle", renumbered)])
     np.testing.assert_allclose(w[::-1], expected, rtol=1e-12)
+    flipped = triangles[:, ::-1]  # int64 cells of negative strides (orientation flipped)
+    read_only = points.copy()
+    read_only.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's warning about a read-only array
+        w = lumped_mass_weights(read_only, [("triangle", flipped)])
+    np.testing.assert_allclose(w, expected, rtol=1e-12)
     local = lumped_mass_weights(points, [("triangle", triangles[triangles.min(1) >= 40])])
     assert (local[:40] == 0).all() and local[40:].sum() > 0
 
