@@ -249,3 +249,19 @@ def reset_peak():
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")
 """
+
+
+def decoded_arrays(monkeypatch) -> list[str]:
+    """The names of the DataArrays that :func:`meshop.data.vtu.read_vtu` decodes from now on
+    (appended as they are decoded), by a spy on its reader."""
+    from meshop.data import vtu
+
+    decoded = []
+    real = vtu._Reader.data_array
+
+    def spied(self, elem, *args):
+        decoded.append(elem.get("Name"))
+        return real(self, elem, *args)
+
+    monkeypatch.setattr(vtu._Reader, "data_array", spied)
+    return decoded

@@ -14,6 +14,7 @@ from meshop._pyg import Data
 from meshop.data import read_meshio, write_mesh
 from meshop.data import vtu as vtu_module
 from meshop.data.vtu import read_vtu
+from tests.helpers import decoded_arrays
 
 
 def assert_same_mesh(ours: meshio.Mesh, theirs: meshio.Mesh) -> None:
@@ -100,13 +101,7 @@ def test_only_the_fields_asked_for_are_read(tmp_path, layout, monkeypatch):
     else:
         write(path, mixed_mesh(), **layout)
     whole = read_vtu(path)
-    decoded = []
-    real = vtu_module._Reader.data_array
-    monkeypatch.setattr(
-        vtu_module._Reader,
-        "data_array",
-        lambda self, elem, *a: decoded.append(elem.get("Name")) or real(self, elem, *a),
-    )
+    decoded = decoded_arrays(monkeypatch)
     some = read_vtu(path, fields=["u", "s", "absent"])
     assert set(some.point_data) == {"u"} and set(some.cell_data) == ({"s"} & set(whole.cell_data))
     assert not {"p", "flag", "region"} & set(decoded)  # the others not decoded

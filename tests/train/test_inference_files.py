@@ -21,7 +21,7 @@ from meshop.train.inference import (
     read_points,
     write_points_csv,
 )
-from tests.helpers import gmsh_square, predict_case, square_mesh
+from tests.helpers import decoded_arrays, gmsh_square, predict_case, square_mesh
 
 
 def test_csv_comments_may_be_indented_and_only_the_first_line_is_a_header(tmp_path):
@@ -131,19 +131,11 @@ def test_an_older_checkpoints_inputs_are_looked_up_in_point_cell_and_group_data(
 
 
 def test_only_the_models_input_fields_are_decoded(tmp_path, monkeypatch):
-    from meshop.data import vtu as vtu_module
-
     path = _square(tmp_path)
     mesh = meshio.read(path)
     mesh.point_data["junk"] = np.arange(4.0)  # a field the model does not read
     mesh.write(path)
-    decoded = []
-    real = vtu_module._Reader.data_array
-    monkeypatch.setattr(
-        vtu_module._Reader,
-        "data_array",
-        lambda self, elem, *a: decoded.append(elem.get("Name")) or real(self, elem, *a),
-    )
+    decoded = decoded_arrays(monkeypatch)
     info = {"pos_dim": 2, "x_channels": 1, "out_channels": 1, "params_channels": 0}
     data, layout = read_inputs({"data": {**info, "input_fields": [["a", 1]]}}, path)
     assert layout == [("a", 1)] and data.x.view(-1).tolist() == [1.0, 2.0, 3.0, 4.0]
