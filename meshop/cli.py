@@ -250,7 +250,7 @@ def _add_predict(sub) -> None:
         type=int,
         metavar="N",
         help="evaluate the model on chunks of N nodes: the same predictions in memory bounded by "
-        "the chunk (default: chunks of 65536 nodes for meshes of more than 131072 nodes, fewer "
+        "the chunk (default: chunks of 16384 nodes for meshes of more than 131072 nodes, fewer "
         "when memory is short; 0: never chunk)",
     )
     p.add_argument(

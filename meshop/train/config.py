@@ -71,7 +71,7 @@ class TrainConfig:
         chunk_nodes: evaluate the model (training steps and test errors) in chunks of this many
             nodes (:mod:`meshop.nn.chunking`): the same outputs and gradients, with memory bounded
             by the chunk, for samples of millions of nodes. None: only batches of more than
-            131,072 nodes are chunked (65,536 nodes a chunk); 0: never.
+            131,072 nodes are chunked (16,384 nodes a chunk); 0: never.
         node_fraction: train every step on a random subset of this fraction of each sample's
             nodes, with the quadrature weights rescaled so that every integral stays unbiased
             (:func:`meshop.data.subsample.subsample_nodes`); a new subset every epoch. None or

@@ -42,10 +42,12 @@ from meshop.errors import (
 from meshop.models import ONO, GalerkinTransformer, Transolver
 from meshop.models.registry import model_class
 from meshop.nn.chunking import Walk
+from meshop.nn.edge_cache import no_edge_cache
 from meshop.train.checkpoint import load, load_model
 from meshop.train.config import from_dict
 from meshop.train.data import LatentMesh, check_compatible, field_layout_of
 from meshop.train.memory import (
+    CHUNK_FROM,
     available_memory,
     chunked,
     default_chunk_nodes,
@@ -270,6 +272,10 @@ def check_quadratic(model: torch.nn.Module, data: Data) -> None:
 #: these bounds (the whole mesh below the lower one)
 PROBE_FRACTION = 1 / 32
 PROBE_NODES = (32_768, 262_144)
+#: chunks the subset holds at least (within the upper bound): the memory the allocator keeps
+#: between chunks grows over the first few (PiT, chunks of 16,384 nodes: 105 MB over a pass of
+#: two chunks, 323 MB over eight, 393 MB over the 62 of a million nodes)
+PROBE_CHUNKS = 8
 #: the second, smaller subset of :func:`estimate_prediction` holds this fraction of the first
 SMALL_PROBE = 8
 
@@ -310,20 +316,27 @@ def probe_order(data: Data, nodes: int, seed: int = 0) -> torch.Tensor:
 class PredictionEstimate:
     """What a prediction will cost (:func:`estimate_prediction`): the model's pass (the latent
     mesh's sampling, the receptive fields' search, the layers) and the writing of the result, in
-    seconds, the process's peak resident memory (bytes; reading the mesh included), and the
-    nodes the progress bar will count."""
+    seconds, the process's peak resident memory (bytes; reading the mesh included), the
+    nodes the progress bar will count, and the nodes of the largest subset measured
+    (``probe_nodes``; ``whole``: all of the mesh's)."""
 
     seconds: float
     write_seconds: float
     memory: int
     reported: int
     probe_nodes: int
+    whole: bool = False
 
     def __str__(self) -> str:
+        source = (
+            "measured by a first pass over the mesh"
+            if self.whole
+            else f"estimated from a {self.probe_nodes:,}-node subset"
+        )
         return (
             f"about {_duration(self.seconds + self.write_seconds)} (the model "
             f"{_duration(self.seconds)}, writing {_duration(self.write_seconds)}) and a peak "
-            f"memory of {_size(self.memory)}, estimated from a {self.probe_nodes:,}-node subset"
+            f"memory of {_size(self.memory)}, {source}"
         )
 
 
@@ -388,7 +401,9 @@ def _probe(model, ckpt, data: Data, nodes: int, chunk: int | None, order: torch.
     counted = [0]
     before = _resident() if _reset_peak() else None
     start = time.perf_counter()
-    with reporting_chunks(lambda n: counted.__setitem__(0, counted[0] + n)):
+    # without the local layers' edge caches: a subset of all the nodes would leave its edges for
+    # the prediction, which would then skip the searches the estimate timed
+    with reporting_chunks(lambda n: counted.__setitem__(0, counted[0] + n)), no_edge_cache():
         predict_in_chunks(model, probe, chunk or 0)
     seconds = time.perf_counter() - start
     after = _resident() if before is not None else None
@@ -458,8 +473,10 @@ def estimate_prediction(
     measured on random subsets of the nodes and extrapolated to the whole.
 
     The subsets hold ``P / 4`` (the warm-up), ``P /`` :data:`SMALL_PROBE` and ``P`` of the
-    nodes, where ``P`` is :data:`PROBE_FRACTION` of them, at least two chunks, within
-    :data:`PROBE_NODES` and at most all, drawn from one random order of the nodes; each is
+    nodes, where ``P`` is :data:`PROBE_FRACTION` of them, at least :data:`PROBE_CHUNKS` chunks,
+    within :data:`PROBE_NODES` and at most all (all of a mesh predicted unchunked: a whole pass's
+    time per node grows with the nodes, 1.4x from 32,768 to 10^5 nodes for ONO and the
+    Transolver), drawn from one random order of the nodes; each is
     predicted with the latent mesh of ``data`` (:func:`predict_file` samples the mesh's once,
     before; where ``data`` has none, each subset samples its own) in chunks of ``chunk_nodes``,
     as the whole mesh will be (a chunk's cost per node depends on its size).
@@ -478,7 +495,9 @@ def estimate_prediction(
         chunk_nodes = default_chunk_nodes(nodes)
     lo, hi = PROBE_NODES
     size = round(len(data.pos) * PROBE_FRACTION)
-    size = min(len(data.pos), max(lo, min(hi, max(size, 2 * (chunk_nodes or 0)))))
+    size = min(len(data.pos), max(lo, min(hi, max(size, PROBE_CHUNKS * (chunk_nodes or 0)))))
+    if not chunk_nodes and nodes <= CHUNK_FROM:
+        size = len(data.pos)  # a whole pass's time per node grows with the mesh: measure it
     now, peak = _resident() or (0, 0)  # before the subsets: the mesh as read, its peak
     order = probe_order(data, size)
     _probe(model, ckpt, data, max(size // 4, 1), chunk_nodes, order)  # the warm-up
@@ -508,6 +527,7 @@ def estimate_prediction(
         memory=memory,
         reported=int(whole.reported * scale),
         probe_nodes=whole.nodes,
+        whole=whole.nodes >= nodes,
     )
 
 
@@ -786,7 +806,7 @@ def predict_file(
     )
     release_freed_memory()  # the estimate's subsets
     start = time.perf_counter()
-    with bar, reporting_chunks(bar.update):
+    with bar, reporting_chunks(bar.update), no_edge_cache():  # one pass: nothing to reuse
         pred = predict_in_chunks(model, prepared, chunk_nodes)
     seconds = time.perf_counter() - start
     del prepared
