@@ -40,8 +40,8 @@ MODEL_ARGS = {
 }
 #: what each model needs to split: PiT a latent mesh of the whole sample, the same everywhere
 LATENT = {"pit": PRESET_LATENT}
-#: nodes of a checkpointed chunk (the training default above 131,072 nodes), set explicitly so
-#: that both runs chunk alike whatever memory is free
+#: nodes of a checkpointed chunk (the training default above 131,072 nodes when the table was
+#: measured; 16,384 since), set explicitly so that both runs chunk alike whatever memory is free
 CHUNK = 2**16
 
 
