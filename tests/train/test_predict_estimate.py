@@ -202,9 +202,10 @@ def test_meshop_predict_says_what_it_will_take_before_and_what_it_took_after(
     assert lines[2].startswith(f"wrote {out}") and probed == [1]
 
 
-def estimated_seconds(big_mesh, monkeypatch, seconds_of) -> tuple[float, list[int]]:
-    """The time :func:`estimate_prediction` gives a mesh of 10^6 nodes (subset P = 32,768, chunks
-    of 4,096) when its subsets of ``nodes`` take ``seconds_of(nodes)``, and the subsets' sizes."""
+def estimated(big_mesh, monkeypatch, seconds_of, memory_of=lambda n: 1000):
+    """What :func:`estimate_prediction` gives a mesh of 10^6 nodes (subset P = 32,768, chunks of
+    4,096) when its subsets of ``nodes`` take ``seconds_of(nodes)`` and ``memory_of(nodes)`` bytes
+    (the process holding nothing before), and the subsets' sizes."""
     run, path = big_mesh
     model, ckpt = load_model(run)
     data, _ = read_inputs(ckpt, path)
@@ -212,12 +213,18 @@ def estimated_seconds(big_mesh, monkeypatch, seconds_of) -> tuple[float, list[in
 
     def probe(model, ckpt, data, nodes, chunk, order):
         sizes.append(nodes)
-        return inference._Probe(seconds_of(nodes), 1000, nodes, nodes)
+        return inference._Probe(seconds_of(nodes), memory_of(nodes), nodes, nodes)
 
     monkeypatch.setattr(inference, "_probe", probe)
+    monkeypatch.setattr(inference, "_resident", lambda: (0, 0))
     monkeypatch.setattr(inference, "total_nodes", lambda data: 10**6)
     monkeypatch.setattr(inference, "PROBE_FRACTION", 32768 / 10**6)
-    return estimate_prediction(model, ckpt, data, 4096).seconds, sizes
+    return estimate_prediction(model, ckpt, data, 4096), sizes
+
+
+def estimated_seconds(big_mesh, monkeypatch, seconds_of, memory_of=lambda n: 1000):
+    estimate, sizes = estimated(big_mesh, monkeypatch, seconds_of, memory_of)
+    return estimate.seconds, sizes
 
 
 @pytest.mark.parametrize(
@@ -263,3 +270,22 @@ def test_the_estimate_and_the_file_prediction_leave_no_edges_to_reuse(big_mesh, 
     assert all(len(c) == 0 for c in caches)
     predict_in_chunks(model, prepared, 0)  # the Python pass keeps them for the next call
     assert any(len(c) > 0 for c in caches)
+
+
+def test_a_short_pass_is_timed_three_times_and_the_medians_kept(big_mesh, monkeypatch):
+    """Subsets whose larger pass takes under REPEAT_UNDER seconds are each timed three times: the
+    line goes through the medians (the smaller's 0.1, 0.5, 0.2; the larger's 0.4, 0.9, 0.3), and
+    the memory allowance is the largest of the larger subset's three."""
+    results = {}
+    for whole_memory in (900, 300):
+        times = iter([9.0, 0.1, 0.4, 0.5, 0.2, 0.9, 0.3])  # warm-up, small, whole, 2x2 repeats
+        memories = iter([0, 0, 400, 0, 0, whole_memory, 300])
+        results[whole_memory] = estimated(
+            big_mesh, monkeypatch, lambda n, t=times: next(t), lambda n, m=memories: next(m)
+        )
+    (estimate, sizes), (lower, _) = results[900], results[300]
+    assert sizes == [8192, 4096, 32768, 4096, 4096, 32768, 32768]
+    per_node = (0.4 - 0.2) / (32768 - 4096)
+    assert estimate.seconds == pytest.approx(0.4 + per_node * (10**6 - 32768), rel=1e-9)
+    margin = inference.TRANSIENT_MARGIN
+    assert estimate.memory - lower.memory == pytest.approx(margin * (900 - 400), abs=1)
