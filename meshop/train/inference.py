@@ -485,7 +485,8 @@ def estimate_prediction(
     before; where ``data`` has none, each subset samples its own) in chunks of ``chunk_nodes``,
     as the whole mesh will be (a chunk's cost per node depends on its size); where the larger
     subset takes less than :data:`REPEAT_UNDER` seconds, both are timed three times and the
-    median of each kept (and the largest memory).
+    median of each kept (and the largest memory); a subset of all the nodes is the mesh's own
+    pass, timed once after the warm-up.
     The time is the line through the two timed subsets at ``N`` (a pass's fixed costs are not
     scaled), between half and all of the larger subset's time scaled by ``N / P``. The memory
     is the largest of three peaks of the resident memory (Linux; elsewhere the rough
@@ -507,10 +508,13 @@ def estimate_prediction(
     now, peak = _resident() or (0, 0)  # before the subsets: the mesh as read, its peak
     order = probe_order(data, size)
     _probe(model, ckpt, data, max(size // 4, 1), chunk_nodes, order)  # the warm-up
-    small_size = max(size // SMALL_PROBE, 1)
-    small = _probe(model, ckpt, data, small_size, chunk_nodes, order)
-    whole = _probe(model, ckpt, data, size, chunk_nodes, order)
-    if whole.seconds < REPEAT_UNDER:  # a short pass varies by a third: the median of three
+    if size >= len(data.pos):  # the mesh itself: its pass is the time, nothing to extend
+        small = whole = _probe(model, ckpt, data, size, chunk_nodes, order)
+    else:
+        small_size = max(size // SMALL_PROBE, 1)
+        small = _probe(model, ckpt, data, small_size, chunk_nodes, order)
+        whole = _probe(model, ckpt, data, size, chunk_nodes, order)
+    if whole.seconds < REPEAT_UNDER and small is not whole:  # a short pass varies by a third
         smalls = [small, *(_probe(model, ckpt, data, small_size, chunk_nodes, order) for _ in "ab")]
         wholes = [whole, *(_probe(model, ckpt, data, size, chunk_nodes, order) for _ in "ab")]
         small = sorted(smalls, key=lambda p: p.seconds)[1]

@@ -92,7 +92,7 @@ def test_predict_samples_the_latent_mesh_once_and_the_subsets_keep_it(big_mesh, 
     monkeypatch.setattr(inference, "predict_in_chunks", predicting)
     monkeypatch.setattr(inference, "REPEAT_UNDER", 0.0)  # each subset timed once
     out = path.parent / "latent_once.vtu"
-    inference.predict_file(run, path, out, chunk_nodes=8192, report=lambda line: None)
+    inference.predict_file(run, path, out, chunk_nodes=4096, report=lambda line: None)
     assert sampled == [1] and len(probed) == 4  # three subsets, then the mesh
     assert all(torch.equal(latent, probed[-1]) for latent in probed)
 
@@ -109,7 +109,12 @@ def test_the_estimate_counts_the_nodes_the_progress_bar_will_count(big_mesh):
         with reporting_chunks(done.append):
             predict_in_chunks(model, inference.latent_of(ckpt)(data), chunk)
         assert abs(estimate.reported - sum(done)) <= 0.1 * sum(done)
-    whole = estimate_prediction(model, ckpt, data, 0)  # unchunked: nothing reported
+    passes = []
+    real_probe = inference._probe
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inference, "_probe", lambda *a: passes.append(a[3]) or real_probe(*a))
+        whole = estimate_prediction(model, ckpt, data, 0)  # unchunked: nothing reported
+    assert passes == [10_000, 40_000]  # the warm-up, then the mesh's own pass, once
     assert whole.reported == 0 and whole.seconds > 0 and whole.memory > 0
     # a mesh predicted whole is measured whole (a whole pass's time per node grows with N)
     assert whole.probe_nodes == 40_000 and whole.whole
