@@ -512,13 +512,13 @@ def estimate_prediction(
         small = whole = _probe(model, ckpt, data, size, chunk_nodes, order)
     else:
         small_size = max(size // SMALL_PROBE, 1)
-        small = _probe(model, ckpt, data, small_size, chunk_nodes, order)
-        whole = _probe(model, ckpt, data, size, chunk_nodes, order)
-    if whole.seconds < REPEAT_UNDER and small is not whole:  # a short pass varies by a third
-        smalls = [small, *(_probe(model, ckpt, data, small_size, chunk_nodes, order) for _ in "ab")]
-        wholes = [whole, *(_probe(model, ckpt, data, size, chunk_nodes, order) for _ in "ab")]
-        small = sorted(smalls, key=lambda p: p.seconds)[1]
-        whole = sorted(wholes, key=lambda p: p.seconds)[1]._replace(
+        smalls = [_probe(model, ckpt, data, small_size, chunk_nodes, order)]
+        wholes = [_probe(model, ckpt, data, size, chunk_nodes, order)]
+        if wholes[0].seconds < REPEAT_UNDER:  # a short pass varies by a third: three of each
+            smalls += [_probe(model, ckpt, data, small_size, chunk_nodes, order) for _ in "ab"]
+            wholes += [_probe(model, ckpt, data, size, chunk_nodes, order) for _ in "ab"]
+        small = sorted(smalls, key=lambda p: p.seconds)[len(smalls) // 2]
+        whole = sorted(wholes, key=lambda p: p.seconds)[len(wholes) // 2]._replace(
             memory=max(p.memory for p in wholes)
         )
     scale = nodes / max(whole.nodes, 1)
