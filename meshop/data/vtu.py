@@ -2,10 +2,12 @@
 
 ``meshio.read`` parses the whole XML tree first (every DataArray's text held at once) and
 decompresses each array into a list of blocks that it then joins, so reading a 1e7-node mesh
-peaks at several times the size of its arrays. :func:`read_vtu` streams the file instead: each
-DataArray is decoded into its final numpy array when its closing tag is parsed and its text is
-dropped at once; base64 runs are decoded a window at a time and zlib blocks are decompressed
-straight into the array that holds the result (connectivity straight into meshio's int64).
+peaks at several times the size of its arrays. :func:`read_vtu` streams the file instead: the
+XML parser is given the tags only, and each DataArray's data is read from the file where it lies
+when its closing tag is parsed, decoded into its final numpy array (expat, given the data, would
+build a string as long as it first: over a third of the reading time); base64 runs are decoded a
+window at a time and zlib blocks are decompressed straight into the array that holds the result
+(connectivity straight into meshio's int64).
 
 It reads one ``Piece`` of an ``UnstructuredGrid`` stored little-endian with inline ``binary``
 (uncompressed or ``vtkZLibDataCompressor``) or ``ascii`` DataArrays, or DataArrays in an
@@ -76,7 +78,9 @@ _WINDOW = 3 << 20
 #: consecutive compressed blocks a reading thread inflates in one task (meshio writes blocks of
 #: 32 KiB, VTK of 32 or 64 KiB)
 _TASK_BLOCKS = 128
-_NON_SPACE = re.compile(r"\S")
+_NON_SPACE = re.compile(rb"\S")
+#: a DataArray's start tag (attribute values may hold ">")
+_DATA_ARRAY = re.compile(rb"""<DataArray\b(?:[^>"']|"[^"]*"|'[^']*')*>""")
 #: bytes of XML given to the parser at a time
 _FEED = 1 << 16
 _APPENDED = b"<AppendedData"
@@ -96,7 +100,7 @@ def _little(name: str) -> np.dtype:
         raise _Unsupported(f"data type {name!r}") from None
 
 
-def _b64_bytes(text: str, start: int, lo: int, hi: int) -> bytes:
+def _b64_bytes(text: _Text, start: int, lo: int, hi: int) -> bytes:
     """Bytes ``[lo, hi)`` of the base64 run that begins at ``text[start]``, decoding only the
     characters that encode them."""
     first, last = lo // 3, -(-hi // 3)
@@ -107,10 +111,43 @@ def _b64_bytes(text: str, start: int, lo: int, hi: int) -> bytes:
     return out
 
 
-def _check_run_end(text: str, end: int) -> None:
+def _check_run_end(text: _Text, end: int) -> None:
     # an embedded space or newline would shift the run past where its length says it ends
-    if _NON_SPACE.search(text, end) is not None:
+    if text.non_space(end) is not None:
         raise _Unsupported("base64 run with characters after its end")
+
+
+class _Text:
+    """The character data of a DataArray where it lies in the file, bytes ``[start, stop)``: read
+    a slice at a time (``text[a:b]``, bytes) when it is decoded, never given to the XML parser
+    nor held whole."""
+
+    def __init__(self, fd: int, start: int, stop: int):
+        self.fd, self.start, self.stop = fd, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, part: slice) -> bytes:
+        lo, hi, _ = part.indices(len(self))
+        pieces, at = [], lo
+        while at < hi:  # a read may return less than asked
+            piece = os.pread(self.fd, hi - at, self.start + at)
+            if not piece:
+                raise ValueError("the file ends inside a DataArray")
+            pieces.append(piece)
+            at += len(piece)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def non_space(self, at: int = 0) -> int | None:
+        """The first character at or after ``at`` that is not white space (None: none)."""
+        while at < len(self):
+            window = self[at : at + _FEED]
+            match = _NON_SPACE.search(window)
+            if match is not None:
+                return at + match.start()
+            at += len(window)
+        return None
 
 
 class _Sink:
@@ -160,28 +197,28 @@ class _Reader:
         self.header = _HEADER_TYPES[header_type]
         self.compressed = compressor is not None
 
-    def data_array(self, elem: ElementTree.Element, target=None) -> np.ndarray | _Appended:
-        """The values of a DataArray, as ``target`` (default: the stored type), shaped [n, c]
-        when it names its NumberOfComponents; where they lie in the AppendedData section for
-        an appended one."""
+    def data_array(
+        self, elem: ElementTree.Element, text: _Text, target=None
+    ) -> np.ndarray | _Appended:
+        """The values of a DataArray whose character data is ``text``, as ``target`` (default:
+        the stored type), shaped [n, c] when it names its NumberOfComponents; where they lie in
+        the AppendedData section for an appended one."""
         stored = _little(elem.get("type", ""))
         dtype = stored if target is None else np.dtype(target)
         components = elem.get("NumberOfComponents") or None  # Firedrake writes ""
         fmt = elem.get("format", "ascii")
-        text = elem.text
         if fmt == "appended":
             offset = elem.get("offset", "")
             if not offset.isdigit():
                 raise _Unsupported("appended DataArray without an offset")
             return _Appended(int(offset), stored, dtype, components)
         if fmt == "ascii":
-            values = np.fromstring(text or "", dtype=stored, sep=" ")
+            values = np.fromstring(text[:].decode("ascii"), dtype=stored, sep=" ")
             values = values.astype(dtype, copy=False)
         elif fmt == "binary":
-            if text is None:
+            start = text.non_space()
+            if start is None:
                 raise _Unsupported("binary DataArray without text")
-            match = _NON_SPACE.search(text)
-            start = len(text) if match is None else match.start()
             read = self._compressed if self.compressed else self._uncompressed
             values = read(text, start, stored, dtype)
         else:
@@ -257,13 +294,13 @@ class _Reader:
             raise ValueError(f"zlib block {k} holds {len(block)} bytes, not {expected}")
         return block
 
-    def _uncompressed(self, text: str, start: int, stored: np.dtype, dtype: np.dtype):
+    def _uncompressed(self, text: _Text, start: int, stored: np.dtype, dtype: np.dtype):
         size = self.header.itemsize
         head_chars = -(-size // 3) * 4
         total = int(np.frombuffer(_b64_bytes(text, start, 0, size), self.header)[0])
         if total % stored.itemsize:
             raise _Unsupported("data size not a multiple of the item size")
-        if total and text[start + head_chars - 1 : start + head_chars] == "=":
+        if total and text[start + head_chars - 1 : start + head_chars] == b"=":
             run, skip = start + head_chars, 0  # the header is a base64 run of its own
         else:
             run, skip = start, size  # header and data are one base64 run
@@ -274,7 +311,7 @@ class _Reader:
         _check_run_end(text, run + -(-(skip + total) // 3) * 4)
         return sink.array
 
-    def _compressed(self, text: str, start: int, stored: np.dtype, dtype: np.dtype):
+    def _compressed(self, text: _Text, start: int, stored: np.dtype, dtype: np.dtype):
         size = self.header.itemsize
         blocks = int(np.frombuffer(_b64_bytes(text, start, 0, size), self.header)[0])
         head_bytes = (3 + blocks) * size
@@ -376,28 +413,59 @@ def _cell_blocks(cells: dict, num_cells: int, cell_data_raw: dict):
 
 class _Events:
     """The XML events of a ``.vtu`` file up to its AppendedData section, whose raw bytes are no
-    XML; ``appended`` is then that section's encoding and the byte where its data begin."""
+    XML; ``appended`` is then that section's encoding and the byte where its data begin. The
+    character data of every DataArray is not given to the parser (expat would build a string of
+    it, as long as the array's base64 text): its place in the file is appended to ``texts`` as a
+    :class:`_Text`, one for every DataArray in the order of their start tags, before the parser
+    sees the array's end tag."""
 
     def __init__(self, file):
         self.file = file
         self.appended: tuple[str, int] | None = None
+        self.texts: collections.deque[_Text] = collections.deque()
 
     def __iter__(self) -> Iterator[tuple[str, ElementTree.Element]]:
         parser = ElementTree.XMLPullParser(events=("start", "end"))
-        tail, pos = b"", 0
-        while chunk := self.file.read(_FEED):
-            window = tail + chunk
-            at = window.find(_APPENDED)
-            if at >= 0:
-                at += pos - len(tail)
-                parser.feed(chunk[: max(at - pos, 0)])
+        fd = self.file.fileno()
+        buffer, base = b"", 0  # bytes not yet handled, from byte ``base`` of the file
+        text_start = None  # inside a DataArray's character data: where it began
+        while True:
+            chunk = self.file.read(_FEED)
+            buffer += chunk
+            while buffer:
+                if text_start is not None:  # the data ends at the next tag
+                    at = buffer.find(b"<")
+                    if at < 0:
+                        base, buffer = base + len(buffer), b""
+                        break
+                    self.texts.append(_Text(fd, text_start, base + at))
+                    text_start, base, buffer = None, base + at, buffer[at:]
+                appended = buffer.find(_APPENDED)
+                tag = _DATA_ARRAY.search(buffer, 0, appended if appended >= 0 else len(buffer))
+                if tag is None and appended >= 0:
+                    parser.feed(buffer[:appended])
+                    yield from parser.read_events()
+                    self._locate(base + appended)
+                    return
+                if tag is None:  # keep what may begin a tag cut off by the chunk's end
+                    keep = buffer.rfind(b"<") if chunk else -1
+                    keep = len(buffer) if keep < 0 else keep
+                    parser.feed(buffer[:keep])
+                    yield from parser.read_events()
+                    base, buffer = base + keep, buffer[keep:]
+                    break
+                end = tag.end()
+                if buffer[end - 2 : end - 1] == b"/":  # <DataArray ... />: no data
+                    self.texts.append(_Text(fd, base + end, base + end))
+                else:
+                    text_start = base + end
+                parser.feed(buffer[:end])
                 yield from parser.read_events()
-                self._locate(at)
-                return
-            parser.feed(chunk)
-            yield from parser.read_events()
-            pos += len(chunk)
-            tail = window[1 - len(_APPENDED) :]
+                base, buffer = base + end, buffer[end:]
+            if not chunk:
+                break
+        if text_start is not None:
+            raise ValueError("the file ends inside a DataArray")
         parser.close()
         yield from parser.read_events()
 
@@ -441,13 +509,14 @@ def _read(path: str | os.PathLike, fields: Collection[str] | None = None) -> mes
                 if parent not in _SECTIONS or reader is None:
                     raise _Unsupported(f"DataArray in {parent}")
                 name = "Points" if parent == "Points" else elem.get("Name")
+                text = events.texts.popleft()
                 if fields is not None and parent in _FIELDS and name not in fields:
                     elem.clear()  # not asked for: not decoded
                     continue
                 target = None
                 if parent == "Cells" and name == "connectivity":
                     target = _connectivity_dtype(_little(elem.get("type", "")))
-                pending.append((name, reader.data_array(elem, target)))
+                pending.append((name, reader.data_array(elem, text, target)))
             elif tag in _SECTIONS and parent == "Piece" and tag not in sections:
                 sections[tag] = dict(pending)
                 if len(sections[tag]) != len(pending) or (tag == "Points" and len(pending) != 1):

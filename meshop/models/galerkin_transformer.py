@@ -14,6 +14,7 @@ from meshop.data.batching import (
     grid_shape_of,
     latent_nodes,
     node_batch,
+    node_set_weights,
     num_samples,
     query_nodes,
 )
@@ -127,6 +128,13 @@ class GalerkinTransformer(Operator):
         decoder_k (int, optional): the decoder's own field where it differs: each query node's
             ``decoder_k`` nearest latent nodes (their number is the latent mesh's, whatever the
             input mesh), the encoder keeping ``quantile`` or ``k``.
+        weighted (bool): on the mesh path, every attention weights its source nodes by their
+            quadrature weights (:func:`meshop.data.batching.node_set_weights`), as PiT's: the
+            cross attention down averages the input nodes of its field by their cells' measures,
+            not one node one vote, so that a finer mesh's nodes in the field give the same
+            integral; the encoder and the cross attention up weigh each latent node by its
+            Voronoi cell. Without it (the default) the cross attentions weigh their nodes
+            equally and the encoder uses 1/n per sample on a sampled latent mesh.
 
     Shapes:
         - input: a ``Data`` or a DataLoader batch (``follow_batch=["latent_pos", "query_pos"]``)
@@ -167,6 +175,7 @@ class GalerkinTransformer(Operator):
         quantile: float | None = None,
         k: int | None = None,
         decoder_k: int | None = None,
+        weighted: bool = False,
     ):
         super().__init__()
         attention = attention or self.default_attention
@@ -206,6 +215,7 @@ class GalerkinTransformer(Operator):
         #: the training grid of the grid path (see ``grid_shape``; saved in the state dict)
         self.grid_shape = None if grid_shape is None else _grid_shape(grid_shape, pos_dim)
         self.path, self.decoder = path, decoder
+        self.weighted = bool(weighted)
         self.grid = path != "mesh" and pos_dim <= 2
         self.mesh = path != "grid"
         self.encoder = nn.ModuleList(
@@ -280,6 +290,13 @@ class GalerkinTransformer(Operator):
         preset = dict(pos_dim=2, width=192, decoder="ffn", coarse_shape=36, path="grid")
         return cls(in_channels, out_channels, **{**preset, **kwargs})
 
+    @classmethod
+    def reads_weights(cls, config: dict[str, Any], latent_mesh: bool) -> bool:
+        """On a mesh the weights are read by the weighted attentions, by the encoder when the
+        latent mesh is the input mesh, and by the 1D grid path; not by an unweighted model on a
+        latent mesh of its own."""
+        return bool(config.get("weighted")) or not latent_mesh or config.get("pos_dim") == 1
+
     def reset_parameters(self) -> None:
         for layer in self.encoder:
             layer.reset_parameters()
@@ -316,15 +333,23 @@ class GalerkinTransformer(Operator):
         pos, batch = data.pos, node_batch(data)
         latent_pos, latent_batch = latent_nodes(data)
         query_pos, query_batch = query_nodes(data)
-        # quadrature weights of the latent nodes: the domain's own when the latent mesh is the
-        # input mesh, else 1/n per sample (sampled nodes carry no cell measure)
-        weight = getattr(data, "weight", None) if latent_pos is pos else None
+        if self.weighted:
+            weight, latent_weight, _ = node_set_weights(data)
+            if latent_weight is not None:
+                # under split_mesh each process's share summed (see PiT.compute)
+                latent_weight = walk.total(latent_weight)
+        else:
+            # the latent nodes' weights: the domain's own when the latent mesh is the input
+            # mesh, else 1/n per sample; the cross attentions weigh their nodes equally
+            weight = None
+            latent_weight = getattr(data, "weight", None) if latent_pos is pos else None
         samples = num_samples(data)
         h = walk.layer(
             self.cross_down,
             lambda nodes: self.lift(x[nodes]),
             pos,
             batch,
+            weight,
             num_samples=samples,
             pos_dst=latent_pos,
             batch_dst=latent_batch,
@@ -335,7 +360,7 @@ class GalerkinTransformer(Operator):
                 h,
                 latent_pos,
                 latent_batch,
-                weight,
+                latent_weight,
                 num_samples=samples,
                 shared=True,
                 overwrite=True,
@@ -345,6 +370,7 @@ class GalerkinTransformer(Operator):
             h,
             latent_pos,
             latent_batch,
+            latent_weight if self.weighted else None,
             num_samples=samples,
             pos_dst=query_pos,
             batch_dst=query_batch,

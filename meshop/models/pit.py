@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -166,6 +167,11 @@ class PiT(Operator):
         )
         self.head = MLP([width, width, out_channels])
         self.query_lift = nn.Linear(in_channels, width) if pointwise else None
+
+    @classmethod
+    def reads_weights(cls, config: dict[str, Any], latent_mesh: bool) -> bool:
+        """Only the weighted position attention reads them (``weighted=False`` does not)."""
+        return bool(config.get("weighted", True))
 
     def reset_parameters(self) -> None:
         self.lift.reset_parameters()

@@ -687,7 +687,7 @@ def read_inputs(
         params: the per-sample parameters, if the model was trained with them.
 
     The domain has quadrature weights (``weight``) when the checkpoint's model reads them
-    (:attr:`~meshop.models.base.Operator.uses_weights`).
+    (:meth:`~meshop.models.base.Operator.reads_weights`).
 
     Returns:
         ``(domain, [(input field name, components), ...])``.
@@ -731,7 +731,10 @@ def read_inputs(
                     f"with {k}; give the same fields as in training"
                 )
     name = ckpt.get("model_name")
-    reads_weights = name is None or getattr(model_class(name), "uses_weights", True)
+    latent = latent_of(ckpt) if "train_config" in ckpt else LatentMesh()
+    reads_weights = name is None or model_class(name).reads_weights(
+        ckpt.get("model_config", {}), latent.num_points is not None or latent.grid_shape is not None
+    )
     data = from_meshio(meshio_mesh, names or None, weights=reads_weights, **options)
     if info["params_channels"]:
         if params is None:

@@ -336,3 +336,69 @@ def test_a_truncated_zlib_appended_block_is_an_error(tmp_path):
     path.write_bytes(data[: end - 5] + data[end:])  # the last block loses its last bytes
     with pytest.raises((ValueError, zlib.error)):
         read_vtu(path)
+
+
+@pytest.mark.parametrize("layout", [*LAYOUTS, pytest.param("raw", id="raw-appended")])
+@pytest.mark.parametrize("feed", [1, 7, 64])
+def test_tags_and_data_cut_anywhere_by_the_feed_read_alike(tmp_path, layout, feed, monkeypatch):
+    """The file is read ``feed`` bytes at a time: a DataArray's start tag, its data, its end tag
+    and the AppendedData tag are cut at every place, and the mesh is the same."""
+    path = tmp_path / "m.vtu"
+    mesh = mixed_mesh()
+    if layout == "raw":
+        vtu_module.write_vtu(path, mesh.points, mesh.cells_dict.items(), mesh.point_data)
+    else:
+        write(path, mesh, **layout)
+    whole = read_vtu(path)
+    monkeypatch.setattr(vtu_module, "_FEED", feed)
+    assert_same_mesh(read_vtu(path), whole)
+
+
+def test_the_parser_never_holds_an_arrays_data(tmp_path, monkeypatch):
+    """The XML parser is given the tags, not the base64 text between them (which expat would
+    build into a string as long as the array's data)."""
+    path = write(tmp_path / "m.vtu", mixed_mesh(), compression=None)
+    fed = []
+    feed = vtu_module.ElementTree.XMLPullParser.feed
+    monkeypatch.setattr(
+        vtu_module.ElementTree.XMLPullParser,
+        "feed",
+        lambda self, data: fed.append(bytes(data)) or feed(self, data),
+    )
+    ours, theirs = read_both(path)
+    assert_same_mesh(ours, theirs)
+    given = b"".join(fed)
+    texts = re.findall(rb"<DataArray[^>]*>\s*(\S{20,})\s*</DataArray>", path.read_bytes())
+    assert len(texts) == 9 and not any(text in given for text in texts)
+    assert given.count(b"<DataArray") == given.count(b"</DataArray>") == 9
+    assert len(given) < path.stat().st_size / 2
+
+
+def test_a_tag_with_a_quoted_bracket_is_read(tmp_path):
+    path = write(tmp_path / "m.vtu", mixed_mesh(), compression=None)
+    path.write_text(path.read_text().replace('Name="p"', 'Name="p" Info="a>b"', 1))  # legal XML
+    mesh = read_vtu(path)
+    assert mesh is not None
+    np.testing.assert_array_equal(mesh.point_data["p"], mixed_mesh().point_data["p"])
+
+
+def test_every_array_gets_its_data_self_closing_ones_none(tmp_path):
+    path = tmp_path / "a.xml"
+    path.write_bytes(
+        b'<A><DataArray Name="x>"> 12 3 </DataArray><DataArray Name="e"/>'
+        b"<DataArray>\n</DataArray><B>text</B><DataArray>45</DataArray></A>"
+    )
+    with open(path, "rb") as file:
+        events = vtu_module._Events(file)
+        ends = [elem.get("Name", elem.tag) for event, elem in events if event == "end"]
+        texts = [text[:] for text in events.texts]
+    assert ends == ["x>", "e", "DataArray", "B", "DataArray", "A"]
+    assert texts == [b" 12 3 ", b"", b"\n", b"45"]
+
+
+def test_a_file_cut_inside_an_arrays_data_is_an_error(tmp_path):
+    path = write(tmp_path / "m.vtu", mixed_mesh(), compression=None)
+    data = path.read_bytes()
+    path.write_bytes(data[: data.index(b"</DataArray>") - 10])
+    with pytest.raises(ValueError, match="ends inside a DataArray"):
+        read_vtu(path)

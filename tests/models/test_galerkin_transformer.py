@@ -15,6 +15,7 @@ from meshop.data import (
     set_query_points,
     uniform_grid,
 )
+from meshop.data.batching import node_set_weights
 from meshop.errors import ConfigError, MeshError
 from meshop.models import GalerkinTransformer
 from meshop.train.losses import relative_l2
@@ -316,6 +317,65 @@ def test_mesh_path_integrates_with_the_mesh_weights_on_the_input_nodes_only(atte
     torch.testing.assert_close(out, model(uniform))
 
 
+def _weighted_reference(model, data):
+    """The weighted mesh path written out: every attention weighs its source nodes by their
+    quadrature weights, the latent nodes' lumped from their Voronoi cells."""
+    x, pos, latent = node_features(data), data.pos, data.latent_pos
+    weight, latent_weight, _ = node_set_weights(data)
+    zeros = [torch.zeros(len(p), dtype=torch.long) for p in (pos, latent)]
+    h = model.cross_down(model.lift(x), pos, zeros[0], weight, pos_dst=latent, batch_dst=zeros[1])
+    for layer in model.encoder:
+        h = layer(h, latent, zeros[1], latent_weight)
+    h = model.cross_up(h, latent, zeros[1], latent_weight, pos_dst=pos, batch_dst=zeros[0])
+    return model.head(torch.cat([h, pos], dim=-1))
+
+
+@pytest.mark.parametrize("quantile", [None, 0.3], ids=["global", "quantile"])
+def test_weighted_mesh_path_integrates_every_attention_with_the_quadrature_weights(quantile):
+    torch.manual_seed(0)
+    model = tiny(3, 2, path="mesh", quantile=quantile, weighted=True).double()
+    g = torch.Generator().manual_seed(3)
+    pos, x = torch.rand(40, 2, generator=g), torch.randn(40, 1, generator=g)
+    weight = (torch.rand(40, generator=g) + 0.05).double()
+    data = add_latent_mesh(from_points(pos, x=x, weight=weight / weight.sum()), 10)
+    for key in ("pos", "x", "latent_pos"):
+        data[key] = data[key].double()
+    out = model(data)
+    torch.testing.assert_close(out, _weighted_reference(model, data))
+    plain = GalerkinTransformer(**{**model.config, "weighted": False}).double()
+    plain.load_state_dict(model.state_dict())
+    assert (out - plain(data)).abs().max() > 1e-4  # the weights act
+
+
+def test_weighted_cross_attention_sees_a_node_split_in_two_halves_as_the_node():
+    """A node given twice, each copy with half its weight (a finer mesh's two nodes in one
+    cell): the weighted model's integrals, hence its prediction at the other nodes, are the
+    same; the unweighted model counts the node twice."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(4)
+    pos = torch.rand(30, 2, generator=g, dtype=torch.float64)
+    x = torch.randn(30, 1, generator=g, dtype=torch.float64)
+    weight = (torch.rand(30, generator=g, dtype=torch.float64) + 0.05) / 30
+    latent = pos[:8] + 0.01
+    query = torch.rand(12, 2, generator=g, dtype=torch.float64)
+    doubled = torch.cat([torch.arange(30), torch.tensor([5])])
+    split_weight = weight.clone()
+    split_weight[5] /= 2
+    domains = []
+    for index, w in ((torch.arange(30), weight), (doubled, split_weight[doubled])):
+        data = from_points(pos[index], x=x[index], weight=w)
+        data.latent_pos = latent
+        set_query_points(data, query)
+        for key in ("pos", "x", "weight", "query_pos"):
+            data[key] = data[key].double()
+        domains.append(data)
+    for weighted in (True, False):
+        model = tiny(3, 2, path="mesh", weighted=weighted).double().eval()
+        with torch.no_grad():
+            difference = float((model(domains[0]) - model(domains[1])).abs().max())
+        assert (difference < 1e-12) == weighted, (weighted, difference)
+
+
 def _dropouts(module):
     return [m.p for m in module.modules() if isinstance(m, torch.nn.Dropout)]
 
@@ -351,6 +411,7 @@ def test_every_option_reaches_its_layer_and_is_recorded_in_the_config():
         quantile=None,
         k=3,
         decoder_k=None,
+        weighted=True,
     )
     model = GalerkinTransformer(**options)
     assert model.config == options

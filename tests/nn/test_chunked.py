@@ -48,6 +48,9 @@ MODELS = {
     "galerkin-local-cross": lambda: GalerkinTransformer(
         3, 2, 2, width=16, layers=2, heads=2, path="mesh", quantile=0.05
     ),
+    "galerkin-weighted": lambda: GalerkinTransformer(
+        3, 2, 2, width=16, layers=2, heads=2, path="mesh", quantile=0.05, weighted=True
+    ),
     "fourier-regular-norm": lambda: GalerkinTransformer(
         3, 2, 2, attention="fourier", norm="regular", width=16, layers=1, heads=2, path="mesh"
     ),

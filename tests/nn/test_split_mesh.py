@@ -125,6 +125,9 @@ LATENT_MODELS = {
     "fourier": lambda: GalerkinTransformer(
         3, 2, 2, attention="fourier", width=8, layers=1, heads=2, path="mesh"
     ),
+    "galerkin-weighted": lambda: GalerkinTransformer(
+        3, 2, 2, width=8, layers=1, heads=2, path="mesh", quantile=0.1, weighted=True
+    ),
 }
 # (model, quadrature weights, query points)
 LATENT_CASES = [
@@ -136,11 +139,12 @@ LATENT_CASES = [
     ("galerkin", True, True),
     ("galerkin-local", False, False),
     ("fourier", True, False),
+    ("galerkin-weighted", True, True),
 ]
 LATENT_POINTS = 30
 #: models split with no latent weights stored: each process lumps its own nodes' (as in
 #: docs/large_meshes.md), the sum over the processes is the whole mesh's
-OWN_LATENT_WEIGHTS = ("pit-quantile", "pit-knn")
+OWN_LATENT_WEIGHTS = ("pit-quantile", "pit-knn", "galerkin-weighted")
 QUERIES = (50, 40)
 
 

@@ -242,3 +242,19 @@ def test_a_mesh_read_for_a_model_gets_quadrature_weights_only_when_the_model_rea
         assert ("weight" in data) == weighted, name
         if weighted:  # the square's two triangles lumped on their nodes
             assert data.weight.tolist() == pytest.approx([1 / 3, 1 / 6, 1 / 3, 1 / 6])
+    # by configuration: the Galerkin Transformer on a latent mesh of its own reads them only
+    # weighted; PiT unweighted reads none
+    latent = {"latent_points": 2}
+    for name, config, train, weighted in (
+        ("galerkin", {}, latent, False),
+        ("galerkin", {"weighted": True}, latent, True),
+        ("galerkin", {}, {}, True),  # its latent mesh is the input mesh: the encoder's weights
+        ("fourier", {"pos_dim": 1}, latent, True),  # the 1D grid path integrates with them
+        ("pit", {"weighted": False}, latent, False),
+        ("pit", {}, latent, True),
+        ("ono", {}, latent, True),
+    ):
+        ckpt = _info(input_fields=[["a", 1]])
+        ckpt.update(model_name=name, model_config=config, train_config=train)
+        data, _ = read_inputs(ckpt, path)
+        assert ("weight" in data) == weighted, (name, config, train)
