@@ -260,6 +260,13 @@ def _add_predict(sub) -> None:
         "layers have gone through)",
     )
     p.add_argument(
+        "--no-estimate",
+        action="store_true",
+        help="skip the estimate of the time and memory printed before the prediction: it runs "
+        "the model on subsets of the mesh, a large share of the prediction's time for the "
+        "fastest models on a million nodes",
+    )
+    p.add_argument(
         "--quadratic-ok",
         action="store_true",
         help="predict with a model whose cost grows with the square of the nodes also on a mesh "
@@ -311,6 +318,7 @@ def cmd_predict(args) -> int:
         progress=not args.no_progress,
         quadratic_ok=args.quadratic_ok,
         report=print,
+        estimate=not args.no_estimate,
     )
     channels = "1 output channel" if pred.shape[1] == 1 else f"{pred.shape[1]} output channels"
     print(f"wrote {path} ({pred.shape[0]} points, {channels})")

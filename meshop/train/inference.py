@@ -769,6 +769,7 @@ def predict_file(
     progress: bool = False,
     quadratic_ok: bool = False,
     report: Callable[[str], None] | None = None,
+    estimate: bool = True,
 ) -> tuple[Path, torch.Tensor]:
     """Read ``mesh`` (any meshio format), predict at its nodes or at ``query`` points (CSV or mesh
     file), write ``out``: a mesh file with the predictions as point data, or CSV for ``.csv``.
@@ -790,7 +791,9 @@ def predict_file(
 
     ``report`` (``print`` in ``meshop predict``) gets a line before the prediction with the time
     and memory it will take (:func:`estimate_prediction`, whose nodes are then the progress bar's
-    total), and one after it with what it took.
+    total), and one after it with what it took; ``estimate=False`` skips the estimate (its passes
+    over subsets of the mesh cost the fastest models a large share of a prediction's time on a
+    million nodes) and its line.
 
     Returns:
         ``(written path, predictions [N_query, C_out])``.
@@ -811,15 +814,15 @@ def predict_file(
     prepared = latent_of(ckpt)(data)
     if not quadratic_ok:
         check_quadratic(model, prepared)
-    estimate = None
-    if report is not None or progress:
+    made = None
+    if estimate and (report is not None or progress):
         written = write_bytes(data, ckpt["data"]["out_channels"], out)
-        estimate = estimate_prediction(model, ckpt, prepared, chunk_nodes, written)
+        made = estimate_prediction(model, ckpt, prepared, chunk_nodes, written)
         if report is not None:
-            report(f"predicting on {total_nodes(data):,} nodes: {estimate}")
+            report(f"predicting on {total_nodes(data):,} nodes: {made}")
     bar = tqdm(
         desc="predicting",
-        total=None if estimate is None else estimate.reported,
+        total=None if made is None else made.reported,
         unit="node",
         unit_scale=True,
         file=sys.stderr,

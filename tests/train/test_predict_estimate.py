@@ -5,6 +5,8 @@ prints."""
 import subprocess
 import sys
 
+import meshio
+import numpy as np
 import pytest
 import torch
 
@@ -206,6 +208,16 @@ def test_meshop_predict_says_what_it_will_take_before_and_what_it_took_after(
     assert "a peak memory of " in lines[0] and "32,768-node subset" in lines[0]
     assert lines[1].startswith("predicted in ") and ", wrote in " in lines[1]
     assert lines[2].startswith(f"wrote {out}") and probed == [1]
+    written = meshio.read(out).point_data
+    # --no-estimate: no subsets run, no line before, the same prediction
+    assert (
+        main([*argv, "--chunk-nodes", "4096", "--no-progress", "--overwrite", "--no-estimate"]) == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("predicted in ") and lines[1].startswith(f"wrote {out}")
+    assert probed == [1]
+    for name, values in meshio.read(out).point_data.items():
+        np.testing.assert_array_equal(values, written[name])
 
 
 def estimated(big_mesh, monkeypatch, seconds_of, memory_of=lambda n: 1000):

@@ -291,7 +291,8 @@ def test_ono_and_the_transolver_on_darcy_weight_each_node_by_its_cells():
 
 def test_on_elasticity_the_galerkin_and_fourier_encoders_gather_a_quantile_of_the_input_nodes():
     """Elasticity's presets: the encoder's cross attention a 1.6 % quantile field (the same area on
-    a finer mesh), the decoder's the 16 nearest latent nodes; Airfoil keeps k = 16 both ways."""
+    a finer mesh), the decoder's the 16 nearest latent nodes, every attention weighted by the
+    quadrature weights; Airfoil keeps k = 16 both ways, unweighted."""
     from meshop.models.registry import build_model
 
     for model in ("galerkin", "fourier"):
@@ -299,7 +300,9 @@ def test_on_elasticity_the_galerkin_and_fourier_encoders_gather_a_quantile_of_th
         net = build_model(model, in_channels=2, out_channels=1, pos_dim=2, **chosen)
         assert net.cross_down.field == {"quantile": 0.016}
         assert net.cross_up.field == {"k": 16}
+        assert net.weighted
         airfoil = build_model(
             model, in_channels=4, out_channels=1, pos_dim=2, **preset("airfoil", model)["model"]
         )
         assert airfoil.cross_down.field == airfoil.cross_up.field == {"k": 16}
+        assert not airfoil.weighted
