@@ -372,7 +372,9 @@ def merged(path: Path, info: dict, records: list[dict], forget: str) -> tuple[di
     the datasets in ``forget``; the table keeps its first measurement's header."""
     old = json.loads(path.read_text())
     note = {"what": "measured", "date": info["date"], "command": info["command"]}
-    note["why"] = f"(budget: {info['budget']}, {info['threads']} thread(s))"
+    elsewhere = info.get("cpu") != old["machine"].get("cpu")
+    on = f", on {info['cpu']}, not the table's {old['machine'].get('cpu')}" if elsewhere else ""
+    note["why"] = f"(budget: {info['budget']}, {info['threads']} thread(s){on})"
     new = {(r["dataset"], r["model"]): {**r, "rerun": note} for r in records}
     dropped = {d for d in forget.split(",") if d}
     kept = [

@@ -324,6 +324,23 @@ def test_accuracy_update_of_every_row_takes_the_new_header(tmp_path):
     assert info["date"] == "then" and len(records) == 2 and "rerun" in records[1]
 
 
+def test_accuracy_update_on_another_processor_says_so_in_the_rows_note(tmp_path):
+    old = {
+        "machine": {"date": "then", "budget": "2 min", "cpu": "AMD EPYC"},
+        "records": [{"dataset": "d", "model": "m"}, {"dataset": "d", "model": "k"}],
+    }
+    path = tmp_path / "accuracy.json"
+    path.write_text(json.dumps(old))
+    for cpu, said in (
+        ("Intel Xeon", ", on Intel Xeon, not the table's AMD EPYC"),
+        ("AMD EPYC", ""),
+    ):
+        new = {"date": "now", "command": "c", "budget": "epochs", "threads": 1, "cpu": cpu}
+        _, records = accuracy.merged(path, new, [{"dataset": "d", "model": "m"}], "")
+        rerun = next(r["rerun"] for r in records if r["model"] == "m")
+        assert rerun["why"] == f"(budget: epochs, 1 thread(s){said})"
+
+
 def test_accuracy_epoch_budget_covers_every_pair_of_the_table():
     from meshop.datasets.registry import dataset_entry
 
