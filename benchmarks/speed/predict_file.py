@@ -184,6 +184,7 @@ def main(argv=None) -> None:
             common.fmt_time(r["write_s"]),
             f"{r['time_s'] / r['forward_s']:.2f}",
             f"{r['command_s'] / r['forward_s']:.2f}",
+            f"{(r['command_s'] - r['probe_s']) / r['forward_s']:.2f}",
         ]
         for r in records
     ]
@@ -204,7 +205,7 @@ def main(argv=None) -> None:
     tables = {
         caption: common.markdown_table(
             "model|N|file|time|starting|the command|reading|the estimate|forward|writing|"
-            "time / forward|command / forward",
+            "time / forward|command / forward|command less the estimate / forward",
             phases,
         ),
         "The estimate printed before the prediction, against what followed": (

@@ -22,4 +22,8 @@ def test_predict_file_times_the_command_and_reports_the_processes_own_peak(tmp_p
         assert 0.25 < record["estimate_mb"] / record["peak_mb"] < 4
     page = (tmp_path / "predict_file.md").read_text()
     assert "### CPU, `meshop predict`" in page and "command / forward" in page
+    assert "command less the estimate / forward" in page
+    for record in records:  # the command's time without the estimate's subsets, over the pass
+        less = (record["command_s"] - record["probe_s"]) / record["forward_s"]
+        assert f"{record['command_s'] / record['forward_s']:.2f} | {less:.2f} |" in page
     assert "### The estimate printed before the prediction" in page
