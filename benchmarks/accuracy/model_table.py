@@ -188,8 +188,13 @@ def calibrate(pairs: list[tuple[str, str]], args) -> None:
     path = args.out / EPOCH_SECONDS
     info = {**common.machine(), "threads": args.threads, "seed": args.seed}
     for record in records:  # each pair with its own measurement: calibrations merge
-        record.update(date=info["date"], command=info["command"], load=os.getloadavg()[0])
-    old = json.loads(path.read_text())["records"] if path.exists() else []
+        record.update(
+            date=info["date"], command=info["command"], load=os.getloadavg()[0], cpu=info["cpu"]
+        )
+    before = json.loads(path.read_text()) if path.exists() else {"records": []}
+    old = before["records"]
+    for record in old:  # measured on the processor of the file's last calibration
+        record.setdefault("cpu", before["machine"]["cpu"])
     done = {(r["dataset"], r["model"]) for r in records}
     records = [r for r in old if (r["dataset"], r["model"]) not in done] + records
     args.out.mkdir(parents=True, exist_ok=True)
@@ -202,18 +207,25 @@ def write_epoch_table(path: Path) -> str:
     data = json.loads(path.read_text())
     info, records = data["machine"], data["records"]
     times = [[common.fmt_time(r[k]) for k in ("epoch_seconds", "wall_seconds")] for r in records]
+    cpus = {r.get("cpu", info["cpu"]) for r in records}
     rows = [
-        [r["dataset"], NAMES[r["model"]], *t, r.get("date", "-")] for r, t in zip(records, times)
+        [r["dataset"], NAMES[r["model"]], *t, r.get("date", "-")]
+        + ([r.get("cpu", info["cpu"])] if len(cpus) > 1 else [])
+        for r, t in zip(records, times)
     ]
     commands = sorted({r.get("command", info["command"]) for r in records})
+    where = "the processor of each row" if len(cpus) > 1 else info["cpu"]
     header = (
-        f"Measured with {' and '.join(f'`{c}`' for c in commands)} on {info['cpu']}, "
+        f"Measured with {' and '.join(f'`{c}`' for c in commands)} on {where}, "
         f"{info['threads']} torch thread(s): the second epoch of each pair on the table's "
         "training split, CPU time of the process (what the run itself costs, however busy "
         "the machine) and wall-clock time (longer than the CPU time where other jobs "
         "shared the cores)."
     )
-    table = common.markdown_table("dataset|model|CPU time per epoch|wall-clock|measured", rows)
+    columns = "dataset|model|CPU time per epoch|wall-clock|measured" + (
+        "|processor" * (len(cpus) > 1)
+    )
+    table = common.markdown_table(columns, rows)
     title = "Training time per epoch of every pair (the equal-time table's divisor)"
     text = common.results_text(title, header, {"": table})
     common.write_text(path.parent, path.stem, text)

@@ -239,6 +239,29 @@ def test_accuracy_equal_time_divides_frozen_epoch_times_and_trains_every_seed(
     assert f"{records['mlp']['test_rel_l2']:.4f} ± {records['mlp']['spread'] / 2:.4f}" in tables
 
 
+def test_a_calibration_on_another_processor_keeps_each_rows_processor(tmp_path, monkeypatch):
+    """Calibrations merge: a pair timed on another processor than the file's earlier pairs says
+    so in a processor column, and the earlier pairs keep the processor they were timed on."""
+    path = tmp_path / accuracy.EPOCH_SECONDS
+    earlier = {"dataset": "d", "model": "pit", "epoch_seconds": 2.0, "wall_seconds": 2.0}
+    path.write_text(json.dumps({"machine": {"cpu": "AMD EPYC"}, "records": [earlier]}))
+    timed = {"dataset": "d", "model": "mlp", "epoch_seconds": 0.5, "wall_seconds": 0.5}
+    monkeypatch.setattr(accuracy, "calibrate_pair", lambda d, m, a: dict(timed))
+    machine = accuracy.common.machine
+    monkeypatch.setattr(accuracy.common, "machine", lambda: {**machine(), "cpu": "Intel Xeon"})
+    args = accuracy.parse_args(["--out", str(tmp_path)])
+    accuracy.calibrate([("d", "mlp")], args)
+    records = {r["model"]: r for r in json.loads(path.read_text())["records"]}
+    assert (records["pit"]["cpu"], records["mlp"]["cpu"]) == ("AMD EPYC", "Intel Xeon")
+    table = path.with_suffix(".md").read_text()
+    assert "on the processor of each row" in table and "| measured | processor |" in table
+    assert "| 2.00 s | 2.00 s | - | AMD EPYC |" in table
+    # one processor: no column
+    accuracy.calibrate([("d", "mlp")], args)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "records": [records["mlp"]]}))
+    assert "processor" not in accuracy.write_epoch_table(path)
+
+
 def test_accuracy_single_seed_datasets_train_the_first_seed_only(tmp_path, monkeypatch):
     """--single-seed trains its datasets with the first of --seeds only (the others with every
     seed), says so in the tables, and --resume reuses a record only with the seeds it needs."""
