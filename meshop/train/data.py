@@ -41,8 +41,13 @@ class LatentMesh:
     seed: int = 0
     sampling: str = "fps"
 
+    @property
+    def active(self) -> bool:
+        """Whether it gives a sample a latent mesh of its own (else the input mesh serves)."""
+        return self.num_points is not None or self.grid_shape is not None
+
     def __call__(self, data: Data) -> Data:
-        if self.num_points is None and self.grid_shape is None:
+        if not self.active:
             return data
         data = copy.copy(data)
         if self.sampling == "random" and self.num_points is not None:
