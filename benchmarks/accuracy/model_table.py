@@ -22,7 +22,14 @@ from pathlib import Path
 import torch
 
 from benchmarks.lib import common
-from benchmarks.lib.training_runs import DATASETS, NAMES, dataset_options, run_config, run_trainer
+from benchmarks.lib.training_runs import (
+    DATASETS,
+    NAMES,
+    dataset_options,
+    parse_samples,
+    run_config,
+    run_trainer,
+)
 from meshop.datasets.registry import build_dataset, dataset_entry
 from meshop.train import load_model
 from meshop.train.presets import preset
@@ -64,6 +71,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--seeds", default=None, help="comma-separated training seeds (default: --seed)")
     add("--single-seed", default="", help="datasets trained with the first of --seeds only")
     add("--data-dir", default=None, help="data root of the generated datasets")
+    add(
+        "--samples",
+        default="",
+        help="other split sizes than the table's, e.g. elasticity=1000 or elasticity=1000/50 "
+        "(training / test samples); --calibrate times an epoch of those splits",
+    )
     add("--runs", type=Path, default=Path("runs/accuracy"))
     add("--tables-from", type=Path, default=None, help="redraw the tables of an accuracy.json")
     add(
@@ -78,6 +91,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     args.single_seed = [d for d in args.single_seed.split(",") if d]
+    try:
+        args.samples = parse_samples(args.samples)
+    except ValueError as error:
+        p.error(str(error))
     if args.epochs is not None and args.equal_time is not None:
         p.error("give one budget: --epochs or --equal-time")
     return args
@@ -113,7 +130,15 @@ def zero_shot_tests(dataset: str, args) -> list[dict]:
 def epochs_in_budget(dataset: str, model: str, args) -> tuple[int, float]:
     """(epochs of the budget, the CPU time per epoch that divided a time budget)."""
     if args.equal_time is not None:
-        seconds = frozen_epoch_seconds(args)[dataset, model]
+        train = dataset_options(dataset, args)["num_train"]
+        seconds = frozen_epoch_seconds(args).get((dataset, model, train))
+        if seconds is None:
+            samples = f" --samples {dataset}={train}" if dataset in args.samples else ""
+            raise SystemExit(
+                f"no time per epoch of {model} on {dataset} with {train} training samples in "
+                f"{args.out / EPOCH_SECONDS}: run `python -m benchmarks.accuracy.model_table "
+                f"--calibrate --datasets {dataset} --models {model}{samples}` first"
+            )
         return max(1, round(args.equal_time / seconds)), seconds
     if args.epochs is not None or args.quick:
         return args.epochs or 1, float("nan")
@@ -152,9 +177,20 @@ def train_pair(dataset: str, model: str, args) -> dict:
     return record
 
 
-def frozen_epoch_seconds(args) -> dict[tuple[str, str], float]:
-    """The per-epoch training times of ``--calibrate``, read from ``--out``'s
-    :data:`EPOCH_SECONDS` (a clear error when the file is absent)."""
+def trained_samples(record: dict) -> int | None:
+    """The training samples of a calibration record (those before ``--samples`` existed: the
+    table's split; None for a dataset the table does not know)."""
+    return record.get("num_train", DATASETS.get(record["dataset"], {}).get("num_train"))
+
+
+def samples_text(record: dict) -> str:
+    samples = trained_samples(record)
+    return "-" if samples is None else f"{samples:,}"
+
+
+def frozen_epoch_seconds(args) -> dict[tuple[str, str, int], float]:
+    """The per-epoch training times of ``--calibrate`` by dataset, model and training samples,
+    read from ``--out``'s :data:`EPOCH_SECONDS` (a clear error when the file is absent)."""
     path = args.out / EPOCH_SECONDS
     if not path.exists():
         raise SystemExit(
@@ -162,7 +198,7 @@ def frozen_epoch_seconds(args) -> dict[tuple[str, str], float]:
             "--calibrate` once on a quiet machine first"
         )
     records = json.loads(path.read_text())["records"]
-    return {(r["dataset"], r["model"]): r["epoch_seconds"] for r in records}
+    return {(r["dataset"], r["model"], trained_samples(r)): r["epoch_seconds"] for r in records}
 
 
 def calibrate_pair(dataset: str, model: str, args) -> dict:
@@ -178,7 +214,14 @@ def calibrate_pair(dataset: str, model: str, args) -> dict:
         start, wall = time.process_time(), time.perf_counter()
         trainer.train_epoch()
         seconds, wall = time.process_time() - start, time.perf_counter() - wall
-    return {"dataset": dataset, "model": model, "epoch_seconds": seconds, "wall_seconds": wall}
+    train = dataset_options(dataset, args)["num_train"]
+    return {
+        "dataset": dataset,
+        "model": model,
+        "num_train": train,
+        "epoch_seconds": seconds,
+        "wall_seconds": wall,
+    }
 
 
 def calibrate(pairs: list[tuple[str, str]], args) -> None:
@@ -195,8 +238,9 @@ def calibrate(pairs: list[tuple[str, str]], args) -> None:
     old = before["records"]
     for record in old:  # measured on the processor of the file's last calibration
         record.setdefault("cpu", before["machine"]["cpu"])
-    done = {(r["dataset"], r["model"]) for r in records}
-    records = [r for r in old if (r["dataset"], r["model"]) not in done] + records
+    done = {(r["dataset"], r["model"], trained_samples(r)) for r in records}
+    old = [r for r in old if (r["dataset"], r["model"], trained_samples(r)) not in done]
+    records = old + records
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machine": info, "records": records}, indent=1) + "\n")
     write_epoch_table(path)
@@ -209,7 +253,7 @@ def write_epoch_table(path: Path) -> str:
     times = [[common.fmt_time(r[k]) for k in ("epoch_seconds", "wall_seconds")] for r in records]
     cpus = {r.get("cpu", info["cpu"]) for r in records}
     rows = [
-        [r["dataset"], NAMES[r["model"]], *t, r.get("date", "-")]
+        [r["dataset"], NAMES[r["model"]], samples_text(r), *t, r.get("date", "-")]
         + ([r.get("cpu", info["cpu"])] if len(cpus) > 1 else [])
         for r, t in zip(records, times)
     ]
@@ -217,12 +261,12 @@ def write_epoch_table(path: Path) -> str:
     where = "the processor of each row" if len(cpus) > 1 else info["cpu"]
     header = (
         f"Measured with {' and '.join(f'`{c}`' for c in commands)} on {where}, "
-        f"{info['threads']} torch thread(s): the second epoch of each pair on the table's "
-        "training split, CPU time of the process (what the run itself costs, however busy "
+        f"{info['threads']} torch thread(s): the second epoch of each pair on a training split "
+        "of the row's samples, CPU time of the process (what the run itself costs, however busy "
         "the machine) and wall-clock time (longer than the CPU time where other jobs "
         "shared the cores)."
     )
-    columns = "dataset|model|CPU time per epoch|wall-clock|measured" + (
+    columns = "dataset|model|training samples|CPU time per epoch|wall-clock|measured" + (
         "|processor" * (len(cpus) > 1)
     )
     table = common.markdown_table(columns, rows)
@@ -346,6 +390,8 @@ def record_key(args) -> dict:
     key = {"budget": budget(args), "threads": args.threads, "seed": args.seed, "quick": args.quick}
     if args.seeds != [args.seed]:
         key["seeds"] = args.seeds
+    if args.samples:
+        key["samples"] = args.samples
     return key
 
 

@@ -52,7 +52,31 @@ def parse_settings(pairs: list[str]) -> dict[str, dict]:
 
 
 def dataset_options(dataset: str, args) -> dict:
-    return dict((QUICK if args.quick else DATASETS)[dataset])
+    """The table's split sizes and options of ``dataset`` (``--quick``: tiny ones), with the
+    split sizes that ``args.samples`` (``model_table --samples``) gives it instead."""
+    options = dict((QUICK if args.quick else DATASETS)[dataset])
+    options.update(getattr(args, "samples", {}).get(dataset, {}))
+    return options
+
+
+def parse_samples(text: str) -> dict[str, dict[str, int]]:
+    """``"elasticity=1000/50,airfoil=400"`` -> ``{"elasticity": {"num_train": 1000, "num_test":
+    50}, "airfoil": {"num_train": 400}}`` (a dataset's test samples left out keep the table's)."""
+    out: dict[str, dict[str, int]] = {}
+    for item in (part for part in text.split(",") if part):
+        dataset, sep, sizes = item.partition("=")
+        train, slash, test = sizes.partition("/")
+        try:
+            counts = [int(train)] + ([int(test)] if slash else [])
+        except ValueError:
+            counts = []
+        if not sep or dataset not in DATASETS or not counts or min(counts) < 1:
+            raise ValueError(
+                f"--samples {item!r}: write DATASET=TRAIN or DATASET=TRAIN/TEST with positive "
+                f"sample counts and DATASET one of {', '.join(DATASETS)} (e.g. elasticity=1000)"
+            )
+        out[dataset] = dict(zip(("num_train", "num_test"), counts, strict=False))
+    return out
 
 
 def run_config(

@@ -17,7 +17,7 @@ from benchmarks import run_all
 from benchmarks.accuracy import grid_zero_shot, large_mesh_zero_shot, tune
 from benchmarks.accuracy import model_table as accuracy
 from benchmarks.lib import attention_layers, common
-from benchmarks.lib.training_runs import parse_settings
+from benchmarks.lib.training_runs import dataset_options, parse_settings
 from benchmarks.report import demo, figures, summary
 from benchmarks.speed import global_attention, local_attention, whole_models
 
@@ -237,6 +237,43 @@ def test_accuracy_equal_time_divides_frozen_epoch_times_and_trains_every_seed(
     assert "| epochs | time per epoch | training |" in tables  # the divisor of each row
     assert "| 2 | 2.00 s |" in tables and "| 8 | 500.0 ms |" in tables
     assert f"{records['mlp']['test_rel_l2']:.4f} ± {records['mlp']['spread'] / 2:.4f}" in tables
+
+
+def test_accuracy_samples_train_other_splits_on_their_own_calibration(tmp_path, monkeypatch):
+    """--samples gives a dataset other split sizes: --calibrate times an epoch of that split
+    beside the table split's time (neither replaces the other), --equal-time divides the time of
+    the split it trains on (a clear error when that split was never timed), the records and
+    tables say the split, and --resume reuses no record of another split."""
+    monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
+    args = ["--quick", "--datasets", "darcy", "--models", "mlp"]
+    args += ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path)]
+    for bad in ("darcy", "darcy=0", "darcy=x/2", "nowhere=10", "darcy=10/"):
+        with pytest.raises(SystemExit):
+            accuracy.parse_args(["--samples", bad])
+    parsed = accuracy.parse_args(["--samples", "darcy=6/3,burgers=9"])
+    assert parsed.samples == {"darcy": {"num_train": 6, "num_test": 3}, "burgers": {"num_train": 9}}
+    parsed.quick = True
+    assert dataset_options("darcy", parsed)["num_train"] == 6
+    assert dataset_options("darcy", parsed)["resolution"] == 6  # the table's other options
+    accuracy.main([*args, "--calibrate"])
+    with pytest.raises(SystemExit, match="--samples darcy=6"):
+        accuracy.main([*args, "--equal-time", "4", "--samples", "darcy=6/3"])
+    accuracy.main([*args, "--calibrate", "--samples", "darcy=6/3"])
+    path = tmp_path / accuracy.EPOCH_SECONDS
+    frozen = json.loads(path.read_text())
+    assert sorted(r["num_train"] for r in frozen["records"]) == [4, 6]
+    for record in frozen["records"]:  # known times: known epochs
+        record["epoch_seconds"] = {4: 2.0, 6: 0.5}[record["num_train"]]
+    path.write_text(json.dumps(frozen))
+    assert "| darcy | MLP baseline | 6 | 500.0 ms |" in accuracy.write_epoch_table(path)
+    accuracy.main([*args, "--equal-time", "4", "--samples", "darcy=6/3"])
+    (record,) = json.loads((tmp_path / "accuracy.json").read_text())["records"]
+    assert record["epochs"] == 8 and record["options"]["num_train"] == 6
+    assert "darcy: 6 train / 3 test samples" in (tmp_path / "accuracy.md").read_text()
+    trained = []
+    monkeypatch.setattr(accuracy, "pair_record", lambda d, m, a: trained.append(m) or record)
+    accuracy.main([*args, "--equal-time", "4", "--resume", "--out", str(tmp_path)])
+    assert trained == ["mlp"]  # the table's split: the 6-sample record is not reused
 
 
 def test_a_calibration_on_another_processor_keeps_each_rows_processor(tmp_path, monkeypatch):
