@@ -438,11 +438,13 @@ def merged(path: Path, info: dict, records: list[dict], forget: str) -> tuple[di
     kept = [
         r
         for r in old["records"]
-        if (r["dataset"], r["model"]) not in new and r["dataset"] not in dropped
+        if (r["dataset"], r["model"]) in new or r["dataset"] not in dropped
     ]
-    if not kept:  # every row measured again: the new header holds for all of them
-        return info, records
-    return old["machine"], kept + list(new.values())
+    if all((r["dataset"], r["model"]) in new for r in kept):
+        return info, records  # every row measured again: the new header holds for all of them
+    # a row measured again keeps its place (the tables' rows and columns keep their order)
+    merged_records = [new.pop((r["dataset"], r["model"]), r) for r in kept]
+    return old["machine"], merged_records + list(new.values())
 
 
 def fmt_error(error: float) -> str:
@@ -495,6 +497,11 @@ def seeds_text(info: dict) -> str:
     return text
 
 
+def and_list(names: list[str]) -> str:
+    """``["A", "B", "C"]`` -> ``"A, B and C"``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def dataset_table(records: list[dict], dataset: str) -> tuple[str, str]:
     """(caption, rows measured later and the table) of one dataset's records."""
     mine = [r for r in records if r["dataset"] == dataset]
@@ -520,11 +527,20 @@ def dataset_table(records: list[dict], dataset: str) -> tuple[str, str]:
         seeds = next(list(r["seeds"]) for r in records if "seeds" in r)
         headers += [f"seed {' / '.join(map(str, seeds))}", "spread"]
     headers += ["median", "epochs", *(["time per epoch"] if timed else []), "training", "load"]
-    reruns = [  # rows measured again later, by another command
-        f"The {NAMES[r['model']]} row was {r['rerun'].get('what', 'rerun')} at "
-        f"{r['rerun']['date']} with `{r['rerun']['command']}` {r['rerun']['why']}.\n\n"
-        for r in mine
-        if "rerun" in r
+    notes: dict[str, list[str]] = {}  # rows measured again later, by another command
+    for r in mine:
+        if "rerun" in r:
+            note = r["rerun"]
+            text = (
+                f"{note.get('what', 'rerun')} at {note['date']} with `{note['command']}` "
+                f"{note['why']}.\n\n"
+            )
+            notes.setdefault(text, []).append(NAMES[r["model"]])
+    reruns = [
+        ("Every row was " if len(names) == len(mine) else f"The {and_list(names)} row")
+        + ("" if len(names) == len(mine) else "s were " if len(names) > 1 else " was ")
+        + text
+        for text, names in notes.items()
     ]
     return caption + (f" ({extra})" if extra else ""), "".join(reruns) + common.markdown_table(
         headers, rows

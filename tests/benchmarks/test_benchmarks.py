@@ -322,9 +322,9 @@ def test_accuracy_single_seed_datasets_train_the_first_seed_only(tmp_path, monke
 
 
 def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkeypatch):
-    """--update replaces the rows of the same dataset and model, notes them with the command, and
-    keeps the other rows except those of --forget datasets; DarcyMesh models are evaluated on the
-    same test domains meshed 2x and 4x finer."""
+    """--update replaces the rows of the same dataset and model in their place, notes them with the
+    command, and keeps the other rows except those of --forget datasets; DarcyMesh models are
+    evaluated on the same test domains meshed 2x and 4x finer."""
     monkeypatch.setenv("MESHOP_DATA", str(tmp_path / "data"))
     old = {"date": "then", "command": "python accuracy.py", "cpu": "cpu", "torch": "t"}
     old.update(threads=1, seed=0, budget="2 min of training", quick=False)
@@ -355,6 +355,7 @@ def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkey
     assert data["machine"]["date"] == "then"  # the table keeps its first header
     records = {(r["dataset"], r["model"]): r for r in data["records"]}
     assert set(records) == {("darcy-mesh", "pit"), ("darcy-mesh", "mlp")}
+    assert [r["model"] for r in data["records"]] == ["mlp", "pit"]  # the rerun row keeps its place
     assert (
         records["darcy-mesh", "pit"]["test_rel_l2"] == 8.0
         and "rerun" not in records["darcy-mesh", "pit"]
@@ -368,6 +369,23 @@ def test_accuracy_update_merges_rows_and_evaluates_finer_meshes(tmp_path, monkey
     tables = (tmp_path / "accuracy.md").read_text()
     assert "Darcy-mesh 2x / 4x finer (zero-shot)" in tables
     assert "darcy-mesh zero-shot" in tables and "The MLP baseline row was measured" in tables
+
+
+def test_rows_measured_by_one_command_share_one_note():
+    def row(model, command):
+        note = {"what": "measured", "date": "d", "command": command, "why": "(w)"}
+        record = dict(dataset="d", model=model, parameters=1, test_rel_l2=0.5, epochs=1)
+        record.update(test_rel_l2_median=0.5, train_seconds=1.0, options={"num_train": 2})
+        record["options"]["num_test"] = 1
+        return {**record, "rerun": note} if command else record
+
+    rows = [row("pit", "a"), row("ono", "b"), row("mlp", "a"), row("galerkin", None)]
+    _, table = accuracy.dataset_table(rows, "d")
+    assert "The PiT and MLP baseline rows were measured at d with `a` (w)." in table
+    assert "The ONO row was measured at d with `b` (w)." in table
+    assert table.count("measured at") == 2
+    _, table = accuracy.dataset_table(rows[:1], "d")
+    assert table.startswith("Every row was measured at d with `a` (w).")
 
 
 def test_accuracy_update_of_every_row_takes_the_new_header(tmp_path):
