@@ -8,6 +8,9 @@ project's own result files (``--out`` left out) update the README's marked ``acc
     python -m benchmarks.accuracy.model_table --calibrate --jobs 2  # each pair's time per epoch
     python -m benchmarks.accuracy.model_table --equal-time 150 --seeds 0,1 \
         --single-seed darcy,burgers --jobs 2                    # the table of the README
+    python -m benchmarks.accuracy.model_table --equal-time 600 --seeds 0,1 \
+        --datasets elasticity,airfoil,darcy-mesh --samples elasticity=1000/50 --jobs 2 \
+        --name accuracy_600s                                    # the README's second table
 """
 
 from __future__ import annotations
