@@ -186,6 +186,11 @@ def trained_samples(record: dict) -> int | None:
     return record.get("num_train", DATASETS.get(record["dataset"], {}).get("num_train"))
 
 
+def calibration_key(record: dict) -> tuple[str, str, int | None]:
+    """What a calibration record times: its dataset, model and training samples."""
+    return record["dataset"], record["model"], trained_samples(record)
+
+
 def samples_text(record: dict) -> str:
     samples = trained_samples(record)
     return "-" if samples is None else f"{samples:,}"
@@ -201,7 +206,7 @@ def frozen_epoch_seconds(args) -> dict[tuple[str, str, int], float]:
             "--calibrate` once on a quiet machine first"
         )
     records = json.loads(path.read_text())["records"]
-    return {(r["dataset"], r["model"], trained_samples(r)): r["epoch_seconds"] for r in records}
+    return {calibration_key(r): r["epoch_seconds"] for r in records}
 
 
 def calibrate_pair(dataset: str, model: str, args) -> dict:
@@ -241,9 +246,8 @@ def calibrate(pairs: list[tuple[str, str]], args) -> None:
     old = before["records"]
     for record in old:  # measured on the processor of the file's last calibration
         record.setdefault("cpu", before["machine"]["cpu"])
-    done = {(r["dataset"], r["model"], trained_samples(r)) for r in records}
-    old = [r for r in old if (r["dataset"], r["model"], trained_samples(r)) not in done]
-    records = old + records
+    done = {calibration_key(r) for r in records}
+    records = [r for r in old if calibration_key(r) not in done] + records
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machine": info, "records": records}, indent=1) + "\n")
     write_epoch_table(path)
@@ -500,9 +504,14 @@ def seeds_text(info: dict) -> str:
     return text
 
 
-def and_list(names: list[str]) -> str:
-    """``["A", "B", "C"]`` -> ``"A, B and C"``."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+def rows_subject(names: list[str], rows: int) -> str:
+    """Whose note it is: "Every row was", "The PiT row was", "The PiT, ONO and MLP rows were"
+    (``names`` of the ``rows`` rows of a table)."""
+    if len(names) == rows:
+        return "Every row was"
+    if len(names) == 1:
+        return f"The {names[0]} row was"
+    return f"The {', '.join(names[:-1])} and {names[-1]} rows were"
 
 
 def dataset_table(records: list[dict], dataset: str) -> tuple[str, str]:
@@ -539,12 +548,7 @@ def dataset_table(records: list[dict], dataset: str) -> tuple[str, str]:
                 f"{note['why']}.\n\n"
             )
             notes.setdefault(text, []).append(NAMES[r["model"]])
-    reruns = [
-        ("Every row was " if len(names) == len(mine) else f"The {and_list(names)} row")
-        + ("" if len(names) == len(mine) else "s were " if len(names) > 1 else " was ")
-        + text
-        for text, names in notes.items()
-    ]
+    reruns = [f"{rows_subject(names, len(mine))} {text}" for text, names in notes.items()]
     return caption + (f" ({extra})" if extra else ""), "".join(reruns) + common.markdown_table(
         headers, rows
     )

@@ -739,9 +739,9 @@ def read_inputs(
                     f"with {k}; give the same fields as in training"
                 )
     name = ckpt.get("model_name")
-    latent = latent_of(ckpt).active if "train_config" in ckpt else False
+    own_latent = latent_of(ckpt).active if "train_config" in ckpt else False
     reads_weights = name is None or model_class(name).reads_weights(
-        ckpt.get("model_config", {}), latent
+        ckpt.get("model_config", {}), own_latent
     )
     data = from_meshio(meshio_mesh, names or None, weights=reads_weights, **options)
     if info["params_channels"]:

@@ -375,8 +375,8 @@ def test_rows_measured_by_one_command_share_one_note():
     def row(model, command):
         note = {"what": "measured", "date": "d", "command": command, "why": "(w)"}
         record = dict(dataset="d", model=model, parameters=1, test_rel_l2=0.5, epochs=1)
-        record.update(test_rel_l2_median=0.5, train_seconds=1.0, options={"num_train": 2})
-        record["options"]["num_test"] = 1
+        record.update(test_rel_l2_median=0.5, train_seconds=1.0)
+        record["options"] = {"num_train": 2, "num_test": 1}
         return {**record, "rerun": note} if command else record
 
     rows = [row("pit", "a"), row("ono", "b"), row("mlp", "a"), row("galerkin", None)]
