@@ -306,3 +306,15 @@ def test_on_elasticity_the_galerkin_and_fourier_encoders_gather_a_quantile_of_th
         )
         assert airfoil.cross_down.field == airfoil.cross_up.field == {"k": 16}
         assert not airfoil.weighted
+
+
+def test_on_elasticity_pits_encoder_reads_a_quantile_of_the_input_nodes():
+    """PiT's Elasticity preset: the encoder's field the paper's 2 % quantile (the same area on a
+    2x finer mesh, about 4x the nodes; k nearest nodes would cover a quarter of it); the
+    decoder's the 8 nearest of the latent mesh, whose size does not change with the mesh."""
+    from meshop.models.registry import build_model
+
+    chosen = preset("elasticity", "pit")["model"]
+    net = build_model("pit", in_channels=2, out_channels=1, pos_dim=2, **chosen)
+    assert net.encoder.field == {"quantile": 0.02}
+    assert net.decoder.field == {"k": 8}
