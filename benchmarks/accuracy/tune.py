@@ -110,16 +110,16 @@ def trained_already(out: Path, epochs: int, seed: int, settings: dict) -> bool:
 INTRO = """# Preset trials on the mesh datasets
 
 Every trial of `benchmarks/accuracy/tune.py`: one model trained on one dataset (200 training / 50
-test samples, seed 0, one thread) for the epochs given, with the settings listed over the preset of
-the time. The budgets are in epochs, so a trial reruns exactly; the training times were measured
-while other jobs shared the 2-core machine (load: the one-minute load average at the start), so
-they are longer than alone. Before these trials the presets were: PiT batch 8, lr 1e-3, no
-clipping on Elasticity and Airfoil, lr 3e-3 on DarcyMesh (batch 2); the Galerkin Transformer at
-the paper's 2D size (width 128, 6 layers, both paths built) and ONO at width 128 with 8 layers.
-A trial marked "reused" evaluated a run of
-the same epochs and settings trained before (`--reuse`: its training time is that run's; a
-preset row may be a seed of the accuracy table's runs), and `--zero-shot` adds the errors on the
-2x and 4x finer test meshes. The presets now hold the best settings found
+test samples unless the settings give others; seed 0 and one thread unless the settings column names
+others) for the epochs given, with the settings listed over the preset of the time. The budgets are
+in epochs, so a trial reruns exactly; the training times were measured while other jobs shared the
+2-core machine (load: the one-minute load average at the start), so they are longer than alone.
+Before these trials the presets were: PiT batch 8, lr 1e-3, no clipping on Elasticity and Airfoil,
+lr 3e-3 on DarcyMesh (batch 2); the Galerkin Transformer at the paper's 2D size (width 128, 6
+layers, both paths built) and ONO at width 128 with 8 layers. A trial marked "reused" evaluated a
+run of the same epochs and settings trained before (`--reuse`: its training time is that run's; a
+preset row may be a seed of the accuracy table's runs), and `--zero-shot` adds the errors on the 2x
+and 4x finer test meshes. The presets now hold the best settings found
 (`meshop/train/presets.py`), so a row of a setting that became the preset reruns as `preset`
 today. Regenerate this page with
 `python -m benchmarks.accuracy.tune --table > benchmarks/results/tuning.md`.
@@ -134,7 +134,7 @@ def table(path: Path) -> str:
         finer = any("refinement" in t for t in mine)
         rows = [
             [
-                ", ".join(t["settings"]) or "preset",
+                label(t),
                 t["epochs"],
                 f"{t['parameters']:,}",
                 f"{t['test_rel_l2']:.4f}",
@@ -153,6 +153,14 @@ def table(path: Path) -> str:
             "",
         ]
     return "\n".join(parts)
+
+
+def label(trial: dict) -> str:
+    """A trial's settings over the preset, with its seed and torch threads where they are not
+    the trials' defaults (seed 0, one thread): two seeds of the same settings are two rows."""
+    seed, threads = trial.get("seed", 0), trial.get("threads", 1)
+    named = [f"seed {seed}"] * (seed != 0) + [f"{threads} threads"] * (threads != 1)
+    return ", ".join(trial["settings"] + named) or "preset"
 
 
 def zero_shot(trial: dict) -> str:

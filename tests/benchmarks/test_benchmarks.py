@@ -591,6 +591,11 @@ def test_tune_reads_settings_and_tabulates_trials(tmp_path):
         "| train.lr=5e-3 | 3 | 1,000 | 0.2500 | 0.3000 / 0.4000 (1.20x / 1.60x) | 9 s | reused |"
         in text
     )
+    trials += [{**trials[0], "seed": 1}, {**trials[1], "seed": 2, "threads": 2}]
+    log.write_text("".join(json.dumps(t) + "\n" for t in trials))
+    text = tune.table(log)
+    assert "| preset | 3 |" in text and "| seed 1 | 3 | 1,000 | 0.5000 | - |" in text
+    assert "| train.lr=5e-3, seed 2, 2 threads | 3 |" in text
 
 
 def test_tune_reuses_only_a_run_of_the_trials_epochs_seed_and_settings(monkeypatch, tmp_path):
