@@ -47,11 +47,12 @@ class DemoSettings:
     lr: float = 5e-3
     eval_every: int = 4
     latent_points: int = 256
-    # the papers' unweighted position attention: the demo's figures in the README were measured
-    # with it (the Elasticity meshes are near-uniform, where weighting changes little)
+    # the papers' unweighted position attention (the Elasticity meshes are near-uniform, where
+    # weighting changes little) and the paper's encoder field, a 2 % quantile of the input nodes
+    # (the same area on a finer mesh, where k nearest nodes would cover less; docs/pit.md)
     pit: dict[str, Any] = field(
         default_factory=lambda: dict(
-            width=64, heads=2, layers=4, encoder_k=20, decoder_k=8, weighted=False
+            width=64, heads=2, layers=4, encoder_quantile=0.02, decoder_k=8, weighted=False
         )
     )
     mlp: dict[str, Any] = field(default_factory=lambda: dict(width=128, layers=4))

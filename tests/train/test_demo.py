@@ -45,6 +45,7 @@ def test_the_demo_settings_are_those_of_its_recorded_run():
     )
     assert (s.vtu_samples, s.new_points) == (4, 2000)
     assert s.pit["weighted"] is False  # the papers' unweighted attention
+    assert s.pit["encoder_quantile"] == 0.02 and "encoder_k" not in s.pit  # the paper's field
     assert (QUICK.num_train, QUICK.num_test, QUICK.epochs, QUICK.new_points) == (8, 4, 2, 50)
 
 
