@@ -87,10 +87,10 @@ PAIR_PRESETS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # on a finer mesh; the k = 20 nearest nodes cover a smaller one, which a longer run learnt to
     # rely on (500 samples, 66 epochs, seed 0: 0.0509, 1.57x / 3.05x on the 2x / 4x finer meshes
     # with k = 20; 0.0518, 1.01x / 1.02x with the quantile), at no more time per epoch (1,000
-    # samples: 16.01 s, 18.28 s with k = 20; benchmarks/results/epoch_seconds.md). The decoder's
-    # k = 8 nearest latent nodes: their number does not change with the mesh. Batch 2, lr 5e-3,
-    # clip 1 (the demo's): 0.157 after 20 epochs of 200 samples, against 0.290 after 30 epochs of
-    # the batch 8, lr 1e-3 defaults (benchmarks/results/tuning.md)
+    # samples: 16.01 s; 18.28 s with k = 20 at 941eba3: benchmarks/results/epoch_seconds.md now and
+    # at 53f7452). The decoder's k = 8 nearest latent nodes: their number does not change with the
+    # mesh. Batch 2, lr 5e-3, clip 1 (the demo's): 0.157 after 20 epochs of 200 samples, against
+    # 0.290 after 30 epochs of the batch 8, lr 1e-3 defaults, both with k = 20 (tuning.md)
     ("elasticity", "pit"): {
         "train": {"latent_points": 256, "batch_size": 2, "lr": 5e-3, "clip": 1.0},
         "model": {"width": 64, "heads": 2, "encoder_quantile": 0.02, "decoder_k": 8},

@@ -591,11 +591,15 @@ def test_tune_reads_settings_and_tabulates_trials(tmp_path):
         "| train.lr=5e-3 | 3 | 1,000 | 0.2500 | 0.3000 / 0.4000 (1.20x / 1.60x) | 9 s | reused |"
         in text
     )
-    trials += [{**trials[0], "seed": 1}, {**trials[1], "seed": 2, "threads": 2}]
+    lr = {**trials[0], "settings": ["train.lr=5e-3"], "seed": 2, "threads": 2}
+    trials += [{**trials[0], "seed": 1}, lr]
     log.write_text("".join(json.dumps(t) + "\n" for t in trials))
     text = tune.table(log)
     assert "| preset | 3 |" in text and "| seed 1 | 3 | 1,000 | 0.5000 | - |" in text
     assert "| train.lr=5e-3, seed 2, 2 threads | 3 |" in text
+    trials[-1]["reused"] = "runs/y"  # the threads of the command that evaluated it
+    log.write_text("".join(json.dumps(t) + "\n" for t in trials))
+    assert "| train.lr=5e-3, seed 2 | 3 |" in tune.table(log)
 
 
 def test_tune_reuses_only_a_run_of_the_trials_epochs_seed_and_settings(monkeypatch, tmp_path):
