@@ -159,8 +159,8 @@ def label(trial: dict) -> str:
     """A trial's settings over the preset, with its seed and torch threads where they are not
     the trials' defaults (seed 0, one thread): two seeds of the same settings are two rows. A
     reused run's threads are not named: the record holds the evaluating command's."""
-    seed, threads = trial.get("seed", 0), trial.get("threads", 1)
-    threads = 1 if "reused" in trial else threads
+    seed = trial.get("seed", 0)
+    threads = 1 if "reused" in trial else trial.get("threads", 1)
     named = [f"seed {seed}"] * (seed != 0) + [f"{threads} threads"] * (threads != 1)
     return ", ".join(trial["settings"] + named) or "preset"
 
